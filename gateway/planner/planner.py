@@ -1,0 +1,392 @@
+"""The operator decision procedure of COST_MODEL.md b.1: precision, then toggles, then act.
+
+`plan_tier` is a pure function of the regime and the settings. `Planner` wraps it with the
+b.1 state (current configuration, last switch, pending candidate) and is driven by a caller
+that passes the time in; it never reads a clock.
+
+Tie-breaks. W4A16 and NVFP4 have the same nominal bytes, hence the same knee and decode cost.
+b.1 breaks such ties by higher eta, then higher Q, then native compute. eta only matters when
+speculation is on, so ties are broken first by CPT with the toggles recomputed at each tied
+tier (which is "higher eta" exactly when a tied tier speculates, and a no-op otherwise), then
+by Q, then native compute, then eta. With the placeholder Q (NVFP4 0.980 > W4A16 0.975) a
+non-speculating regime therefore picks NVFP4 and a speculating one picks W4A16 (eta 0.75).
+
+Why FP8 wins for a coding agent. In P0 FP8 never has the lowest decode cost: it has twice
+the bytes of the 4-bit tiers and a smaller knee. It is chosen when the quality floor rules the
+4-bit tiers out (Q_min in (0.980, 0.995], typical for code, where errors are visible). The
+paper's "not NVFP4, to keep eta high" is this filter: CPT alone would keep NVFP4 unless
+eta(NVFP4) fell below about 0.5 (r = 0.9, C = 32).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Final, Literal
+
+from gateway.planner.costmodel import CostModel
+from gateway.planner.params import Settings
+from gateway.planner.vllm_args import precision_notes, vllm_serve_args
+from gateway.precision import Precision
+
+__all__ = [
+    "DEFAULT_CANDIDATES",
+    "PAPER_CANDIDATES",
+    "Planner",
+    "PlannerStep",
+    "PlanningError",
+    "Regime",
+    "TierConfig",
+    "TierPlan",
+    "plan_tier",
+]
+
+# The ladder one BF16 checkpoint is served at; the paper's own set omits W4A16.
+DEFAULT_CANDIDATES: Final[tuple[Precision, ...]] = ("bf16", "fp8", "w4a16", "nvfp4")
+PAPER_CANDIDATES: Final[tuple[Precision, ...]] = ("fp16", "fp8", "nvfp4")
+_TIE_RTOL: Final = 1e-9
+
+Action = Literal["initial", "hold", "pending", "switch"]
+
+
+class PlanningError(ValueError):
+    """No candidate precision is feasible (quality floor, hardware), or the regime is invalid."""
+
+
+@dataclass(frozen=True)
+class Regime:
+    """Observed traffic: concurrency C, prefix share rho, i.i.d.-equivalent acceptance r.
+
+    `l_in`/`l_out` override the configured mean lengths when the observer measured them.
+    """
+
+    concurrency: float
+    rho: float
+    r: float
+    l_in: float | None = None
+    l_out: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.concurrency > 0:
+            raise PlanningError(f"concurrency must be positive, got {self.concurrency}")
+        if not 0.0 <= self.rho <= 1.0:
+            raise PlanningError(f"rho must be in [0, 1], got {self.rho}")
+        if not 0.0 <= self.r <= 1.0:
+            raise PlanningError(f"r must be in [0, 1], got {self.r}")
+
+
+@dataclass(frozen=True)
+class TierConfig:
+    """What a tier runs with: the three startup decisions (p, s, k)."""
+
+    precision: Precision
+    speculative: bool
+    prefix_caching: bool
+
+    def describe(self) -> str:
+        return f"{self.precision} s={int(self.speculative)} k={int(self.prefix_caching)}"
+
+
+@dataclass(frozen=True)
+class TierPlan:
+    """The recommendation for one tier. `expected_cpt` is price units (GPU-s at pi = 1) per
+    output token; `vllm_args` is the argv after `vllm serve`."""
+
+    precision: Precision
+    speculative: bool
+    prefix_caching: bool
+    reasons: list[str]
+    expected_cpt: float
+    vllm_args: list[str]
+    knee: int
+    b_eff: float
+    rho_star: float
+    r_star: float
+    decode_seconds_per_token: float
+    alternatives: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def config(self) -> TierConfig:
+        return TierConfig(self.precision, self.speculative, self.prefix_caching)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready; an infinite r* (speculation can never pay) becomes None."""
+        out = asdict(self)
+        out["r_star"] = None if math.isinf(self.r_star) else self.r_star
+        return out
+
+
+def _toggles(
+    model: CostModel, regime: Regime, p: Precision, l_in: float, ctx: float
+) -> tuple[bool, bool, float, float]:
+    # Computed fresh for p: rho* moves with B_eff(p), r* with eta(p) and t0/t_w(p).
+    rho_star = model.rho_star(p, regime.concurrency, l_in)
+    r_star = model.r_star(p, regime.concurrency, ctx)
+    return regime.r > r_star, regime.rho > rho_star, rho_star, r_star
+
+
+def _feasible(
+    settings: Settings, model: CostModel, candidates: Sequence[Precision], q_min: float
+) -> tuple[list[Precision], list[str]]:
+    kept: list[Precision] = []
+    dropped: list[str] = []
+    for p in dict.fromkeys(candidates):
+        q = model.quality(p)
+        if q < q_min:
+            dropped.append(f"{p} (Q {q:.3f} < Q_min {q_min:.3f})")
+        elif settings.policy.require_native_compute and not model.native_compute(p):
+            dropped.append(f"{p} (no native compute on {settings.hardware.name})")
+        else:
+            kept.append(p)
+    return kept, dropped
+
+
+def plan_tier(
+    regime: Regime,
+    settings: Settings | None = None,
+    candidates: Sequence[Precision] = DEFAULT_CANDIDATES,
+    current: TierConfig | None = None,
+    *,
+    q_min: float | None = None,
+) -> TierPlan:
+    """b.1 steps 2 and 3 for one tier: filter by Q(p) >= Q_min and hardware, take the
+    precision with the lowest decode cost t_w(p) / B_eff, then decide prefix caching from
+    rho*(p*, B_eff) and speculation from r*(p*, B_eff). Toggles are never inherited from
+    `current`; when it differs, the reasons say what inheriting would cost."""
+    cfg = settings or Settings()
+    model = CostModel.from_settings(cfg)
+    floor = cfg.cost.q_min if q_min is None else q_min
+    l_in = cfg.cost.l_in if regime.l_in is None else regime.l_in
+    l_out = cfg.cost.l_out if regime.l_out is None else regime.l_out
+    ctx = l_in + l_out / 2.0
+    c = regime.concurrency
+
+    feasible, dropped = _feasible(cfg, model, candidates, floor)
+    if not feasible:
+        raise PlanningError(f"no feasible precision among {list(candidates)}: {dropped}")
+
+    def cpt_of(p: Precision, s: bool, k: bool) -> float:
+        return model.cpt(c, regime.rho, regime.r, p, s, k, l_in=l_in, l_out=l_out)
+
+    decode = {p: model.decode_seconds_per_token(c, p, ctx) for p in feasible}
+    best_decode = min(decode.values())
+    tied = [p for p in feasible if decode[p] <= best_decode * (1.0 + _TIE_RTOL)]
+
+    def tie_key(p: Precision) -> tuple[float, float, int, float, int]:
+        s, k, _, _ = _toggles(model, regime, p, l_in, ctx)
+        native = 0 if model.native_compute(p) else 1
+        return (cpt_of(p, s, k), -model.quality(p), native, -model.eta(p), feasible.index(p))
+
+    chosen = min(tied, key=tie_key)
+    spec, cache, rho_star, r_star = _toggles(model, regime, chosen, l_in, ctx)
+    b_eff = model.b_eff(c, chosen)
+    expected = cpt_of(chosen, spec, cache)
+
+    reasons = [
+        f"candidates {', '.join(feasible)}" + (f"; dropped {', '.join(dropped)}" if dropped else "")
+    ]
+    ranking = ", ".join(
+        f"{p} {decode[p] * 1e6:.3f}" for p in sorted(feasible, key=decode.__getitem__)
+    )
+    reasons.append(
+        f"precision {chosen}: lowest decode cost t_w/B_eff at C={c:g} "
+        f"(B_eff={b_eff:g}, K={model.knee(chosen)}); us/token: {ranking}"
+    )
+    if len(tied) > 1:
+        others = ", ".join(p for p in tied if p != chosen)
+        reasons.append(
+            f"{chosen} ties {others} on decode cost; broken by CPT with recomputed toggles, "
+            f"then Q ({model.quality(chosen):.3f}), native compute, eta ({model.eta(chosen):.3f})"
+        )
+    reasons.append(
+        f"prefix caching {'on' if cache else 'off'}: rho {regime.rho:.3f} "
+        f"{'>' if cache else '<='} rho* {rho_star:.4f} at B_eff {b_eff:g}, L_in {l_in:g}"
+    )
+    r_star_text = "inf" if math.isinf(r_star) else f"{r_star:.4f}"
+    reasons.append(
+        f"speculation {'on' if spec else 'off'}: r {regime.r:.3f} {'>' if spec else '<='} "
+        f"r* {r_star_text} (eta {model.eta(chosen):.3f}, "
+        f"R {model.spec_step_inflation(chosen, b_eff, None, ctx):.4f})"
+    )
+    if current is not None and current.precision != chosen:
+        if (current.speculative, current.prefix_caching) != (spec, cache):
+            inherited = cpt_of(chosen, current.speculative, current.prefix_caching)
+            text = (
+                f"toggles recomputed for {chosen}, not inherited from {current.describe()}: "
+                f"inheriting would cost {100.0 * (inherited / expected - 1.0):+.1f}% CPT"
+            )
+            if current.speculative != spec:
+                # Speculation acts on decode only; say what it does there.
+                fresh = model.decode_seconds_per_token(c, chosen, ctx)
+                spec_cost = model.spec_decode_seconds_per_token(c, chosen, regime.r, ctx)
+                kept, right = (spec_cost, fresh) if current.speculative else (fresh, spec_cost)
+                text += f", {100.0 * (kept / right - 1.0):+.1f}% decode"
+            reasons.append(text)
+    reasons += precision_notes(chosen, cfg.hardware)
+    if l_in + l_out > cfg.cost.l_ctx:
+        reasons.append(
+            f"warning: L_in + L_out = {l_in + l_out:g} exceeds the reserved L_ctx "
+            f"{cfg.cost.l_ctx}; raise cost.l_ctx (and --max-model-len)"
+        )
+
+    off_above: int | None = None
+    if spec and cfg.serve.batch_dependent_speculation:
+        off_above = _speculation_cutoff(model, chosen, regime.r, ctx)
+    args = vllm_serve_args(
+        chosen,
+        speculative=spec,
+        prefix_caching=cache,
+        model=cfg.model,
+        cost=cfg.cost,
+        serve=cfg.serve,
+        spec_off_above_batch=off_above,
+    )
+    alternatives = {
+        f"{p} s={int(s)} k={int(k)}": cpt_of(p, s, k)
+        for p in feasible
+        for s in (False, True)
+        for k in (False, True)
+    }
+    return TierPlan(
+        precision=chosen,
+        speculative=spec,
+        prefix_caching=cache,
+        reasons=reasons,
+        expected_cpt=expected,
+        vllm_args=args,
+        knee=model.knee(chosen),
+        b_eff=b_eff,
+        rho_star=rho_star,
+        r_star=r_star,
+        decode_seconds_per_token=decode[chosen],
+        alternatives=alternatives,
+    )
+
+
+def _speculation_cutoff(model: CostModel, p: Precision, r: float, ctx: float) -> int:
+    # Largest batch at which r still beats r*(p, B); r* rises with B (d.5 per-batch k).
+    lo, hi = 1, model.knee(p)
+    if r <= model.r_star_at_batch(lo, p, ctx):
+        return 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if r > model.r_star_at_batch(mid, p, ctx):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+@dataclass(frozen=True)
+class PlannerStep:
+    """One evaluation of the b.1 loop: the fresh plan and what was done about it."""
+
+    now: float
+    plan: TierPlan
+    action: Action
+    current: TierConfig
+    current_cpt: float
+    pending: TierConfig | None
+    pending_count: int
+    note: str
+
+
+class Planner:
+    """b.1 with hysteresis h, dwell time and N confirmations; time is passed in.
+
+    A candidate replaces the current configuration only when it differs, its CPT is below
+    (1 - h) times the current one's under the same regime, the last switch is more than the
+    dwell ago, and the same candidate won N consecutive evaluations.
+    """
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        candidates: Sequence[Precision] = DEFAULT_CANDIDATES,
+        current: TierConfig | None = None,
+        last_switch: float | None = None,
+        *,
+        q_min: float | None = None,
+    ) -> None:
+        self.settings = settings or Settings()
+        self.candidates = tuple(candidates)
+        self.q_min = q_min
+        self._model = CostModel.from_settings(self.settings)
+        self._current = current
+        self._last_switch = last_switch
+        self._pending: TierConfig | None = None
+        self._pending_count = 0
+
+    @property
+    def current(self) -> TierConfig | None:
+        return self._current
+
+    @property
+    def last_switch(self) -> float | None:
+        return self._last_switch
+
+    def step(self, now: float, regime: Regime) -> PlannerStep:
+        """Evaluate once (call every policy.period_s with the regime over policy.window_s)."""
+        pol = self.settings.policy
+        plan = plan_tier(regime, self.settings, self.candidates, self._current, q_min=self.q_min)
+        cand = plan.config
+        if self._current is None:
+            self._switch(cand, now)
+            return self._record(now, plan, "initial", plan.expected_cpt, "first deployment")
+        cur = self._current
+        cur_cpt = self._model.cpt(
+            regime.concurrency,
+            regime.rho,
+            regime.r,
+            cur.precision,
+            cur.speculative,
+            cur.prefix_caching,
+            l_in=regime.l_in,
+            l_out=regime.l_out,
+        )
+        if cand == cur:
+            self._reset_pending()
+            return self._record(now, plan, "hold", cur_cpt, "current configuration is the plan")
+        if plan.expected_cpt >= (1.0 - pol.hysteresis) * cur_cpt:
+            self._reset_pending()
+            gain = 100.0 * (1.0 - plan.expected_cpt / cur_cpt)
+            note = f"gain {gain:.1f}% below hysteresis {100 * pol.hysteresis:.0f}%"
+            return self._record(now, plan, "hold", cur_cpt, note)
+        if self._last_switch is not None and now - self._last_switch <= pol.dwell_s:
+            self._reset_pending()
+            waited = now - self._last_switch
+            note = f"dwell: {waited:.0f}s since last switch <= {pol.dwell_s:.0f}s"
+            return self._record(now, plan, "hold", cur_cpt, note)
+        self._pending_count = self._pending_count + 1 if self._pending == cand else 1
+        self._pending = cand
+        if self._pending_count >= pol.confirmations:
+            self._switch(cand, now)
+            note = f"switched {cur.describe()} -> {cand.describe()}"
+            return self._record(now, plan, "switch", cur_cpt, note)
+        note = f"confirmation {self._pending_count}/{pol.confirmations} for {cand.describe()}"
+        return self._record(now, plan, "pending", cur_cpt, note)
+
+    def _switch(self, cand: TierConfig, now: float) -> None:
+        self._current = cand
+        self._last_switch = now
+        self._reset_pending()
+
+    def _reset_pending(self) -> None:
+        self._pending = None
+        self._pending_count = 0
+
+    def _record(
+        self, now: float, plan: TierPlan, action: Action, current_cpt: float, note: str
+    ) -> PlannerStep:
+        assert self._current is not None
+        return PlannerStep(
+            now=now,
+            plan=plan,
+            action=action,
+            current=self._current,
+            current_cpt=current_cpt,
+            pending=self._pending,
+            pending_count=self._pending_count,
+            note=note,
+        )
