@@ -117,13 +117,32 @@ class TierPlan:
         return out
 
 
-def _toggles(
-    model: CostModel, regime: Regime, p: Precision, l_in: float, ctx: float
-) -> tuple[bool, bool, float, float]:
-    # Computed fresh for p: rho* moves with B_eff(p), r* with eta(p) and t0/t_w(p).
-    rho_star = model.rho_star(p, regime.concurrency, l_in)
-    r_star = model.r_star(p, regime.concurrency, ctx)
-    return regime.r > r_star, regime.rho > rho_star, rho_star, r_star
+@dataclass(frozen=True)
+class _Evaluation:
+    """One regime under one cost model, with the mean lengths resolved."""
+
+    model: CostModel
+    regime: Regime
+    l_in: float
+    l_out: float
+
+    @property
+    def ctx(self) -> float:
+        return self.l_in + self.l_out / 2.0
+
+    def cpt(self, p: Precision, s: bool, k: bool) -> float:
+        g = self.regime
+        return self.model.cpt(g.concurrency, g.rho, g.r, p, s, k, l_in=self.l_in, l_out=self.l_out)
+
+    def decode(self, p: Precision) -> float:
+        return self.model.decode_seconds_per_token(self.regime.concurrency, p, self.ctx)
+
+    def toggles(self, p: Precision) -> tuple[bool, bool, float, float]:
+        # Computed fresh for p: rho* moves with B_eff(p), r* with eta(p) and t0/t_w(p).
+        c = self.regime.concurrency
+        rho_star = self.model.rho_star(p, c, self.l_in)
+        r_star = self.model.r_star(p, c, self.ctx)
+        return self.regime.r > r_star, self.regime.rho > rho_star, rho_star, r_star
 
 
 def _feasible(
@@ -142,6 +161,95 @@ def _feasible(
     return kept, dropped
 
 
+def _choose(ev: _Evaluation, feasible: list[Precision]) -> tuple[Precision, list[Precision]]:
+    """argmin decode cost; ties by CPT with fresh toggles, Q, native compute, eta, order."""
+    decode = {p: ev.decode(p) for p in feasible}
+    best = min(decode.values())
+    tied = [p for p in feasible if decode[p] <= best * (1.0 + _TIE_RTOL)]
+    m = ev.model
+
+    def tie_key(p: Precision) -> tuple[float, float, int, float, int]:
+        s, k, _, _ = ev.toggles(p)
+        native = 0 if m.native_compute(p) else 1
+        return (ev.cpt(p, s, k), -m.quality(p), native, -m.eta(p), feasible.index(p))
+
+    return min(tied, key=tie_key), tied
+
+
+def _inheritance_note(
+    ev: _Evaluation, chosen: Precision, fresh: TierConfig, old: TierConfig
+) -> str:
+    inherited = ev.cpt(chosen, old.speculative, old.prefix_caching)
+    expected = ev.cpt(chosen, fresh.speculative, fresh.prefix_caching)
+    text = (
+        f"toggles recomputed for {chosen}, not inherited from {old.describe()}: "
+        f"inheriting would cost {100.0 * (inherited / expected - 1.0):+.1f}% CPT"
+    )
+    if old.speculative != fresh.speculative:
+        # Speculation acts on decode only; say what it does there (b.1 notes: +15 %).
+        c = ev.regime.concurrency
+        plain = ev.decode(chosen)
+        spec = ev.model.spec_decode_seconds_per_token(c, chosen, ev.regime.r, ev.ctx)
+        kept, right = (spec, plain) if old.speculative else (plain, spec)
+        text += f", {100.0 * (kept / right - 1.0):+.1f}% decode"
+    return text
+
+
+def _explain(
+    ev: _Evaluation,
+    cfg: Settings,
+    *,
+    feasible: list[Precision],
+    dropped: list[str],
+    tied: list[Precision],
+    plan: TierConfig,
+    current: TierConfig | None,
+) -> list[str]:
+    m, g, p = ev.model, ev.regime, plan.precision
+    _, _, rho_star, r_star = ev.toggles(p)
+    b_eff = m.b_eff(g.concurrency, p)
+    reasons = [
+        f"candidates {', '.join(feasible)}" + (f"; dropped {', '.join(dropped)}" if dropped else "")
+    ]
+    ranking = ", ".join(f"{q} {ev.decode(q) * 1e6:.3f}" for q in sorted(feasible, key=ev.decode))
+    reasons.append(
+        f"precision {p}: lowest decode cost t_w/B_eff at C={g.concurrency:g} "
+        f"(B_eff={b_eff:g}, K={m.knee(p)}); us/token: {ranking}"
+    )
+    if len(tied) > 1:
+        others = ", ".join(q for q in tied if q != p)
+        reasons.append(
+            f"{p} ties {others} on decode cost; broken by CPT with recomputed toggles, "
+            f"then Q ({m.quality(p):.3f}), native compute, eta ({m.eta(p):.3f})"
+        )
+    on = plan.prefix_caching
+    reasons.append(
+        f"prefix caching {'on' if on else 'off'}: rho {g.rho:.3f} {'>' if on else '<='} "
+        f"rho* {rho_star:.4f} at B_eff {b_eff:g}, L_in {ev.l_in:g}"
+    )
+    on = plan.speculative
+    r_text = "inf" if math.isinf(r_star) else f"{r_star:.4f}"
+    reasons.append(
+        f"speculation {'on' if on else 'off'}: r {g.r:.3f} {'>' if on else '<='} r* {r_text} "
+        f"(eta {m.eta(p):.3f}, R {m.spec_step_inflation(p, b_eff, None, ev.ctx):.4f})"
+    )
+    if (
+        current is not None
+        and current.precision != p
+        and (
+            (current.speculative, current.prefix_caching) != (plan.speculative, plan.prefix_caching)
+        )
+    ):
+        reasons.append(_inheritance_note(ev, p, plan, current))
+    reasons += precision_notes(p, cfg.hardware)
+    if ev.l_in + ev.l_out > cfg.cost.l_ctx:
+        reasons.append(
+            f"warning: L_in + L_out = {ev.l_in + ev.l_out:g} exceeds the reserved L_ctx "
+            f"{cfg.cost.l_ctx}; raise cost.l_ctx (and --max-model-len)"
+        )
+    return reasons
+
+
 def plan_tier(
     regime: Regime,
     settings: Settings | None = None,
@@ -156,83 +264,23 @@ def plan_tier(
     `current`; when it differs, the reasons say what inheriting would cost."""
     cfg = settings or Settings()
     model = CostModel.from_settings(cfg)
+    ev = _Evaluation(
+        model,
+        regime,
+        cfg.cost.l_in if regime.l_in is None else regime.l_in,
+        cfg.cost.l_out if regime.l_out is None else regime.l_out,
+    )
     floor = cfg.cost.q_min if q_min is None else q_min
-    l_in = cfg.cost.l_in if regime.l_in is None else regime.l_in
-    l_out = cfg.cost.l_out if regime.l_out is None else regime.l_out
-    ctx = l_in + l_out / 2.0
-    c = regime.concurrency
-
     feasible, dropped = _feasible(cfg, model, candidates, floor)
     if not feasible:
         raise PlanningError(f"no feasible precision among {list(candidates)}: {dropped}")
 
-    def cpt_of(p: Precision, s: bool, k: bool) -> float:
-        return model.cpt(c, regime.rho, regime.r, p, s, k, l_in=l_in, l_out=l_out)
-
-    decode = {p: model.decode_seconds_per_token(c, p, ctx) for p in feasible}
-    best_decode = min(decode.values())
-    tied = [p for p in feasible if decode[p] <= best_decode * (1.0 + _TIE_RTOL)]
-
-    def tie_key(p: Precision) -> tuple[float, float, int, float, int]:
-        s, k, _, _ = _toggles(model, regime, p, l_in, ctx)
-        native = 0 if model.native_compute(p) else 1
-        return (cpt_of(p, s, k), -model.quality(p), native, -model.eta(p), feasible.index(p))
-
-    chosen = min(tied, key=tie_key)
-    spec, cache, rho_star, r_star = _toggles(model, regime, chosen, l_in, ctx)
-    b_eff = model.b_eff(c, chosen)
-    expected = cpt_of(chosen, spec, cache)
-
-    reasons = [
-        f"candidates {', '.join(feasible)}" + (f"; dropped {', '.join(dropped)}" if dropped else "")
-    ]
-    ranking = ", ".join(
-        f"{p} {decode[p] * 1e6:.3f}" for p in sorted(feasible, key=decode.__getitem__)
-    )
-    reasons.append(
-        f"precision {chosen}: lowest decode cost t_w/B_eff at C={c:g} "
-        f"(B_eff={b_eff:g}, K={model.knee(chosen)}); us/token: {ranking}"
-    )
-    if len(tied) > 1:
-        others = ", ".join(p for p in tied if p != chosen)
-        reasons.append(
-            f"{chosen} ties {others} on decode cost; broken by CPT with recomputed toggles, "
-            f"then Q ({model.quality(chosen):.3f}), native compute, eta ({model.eta(chosen):.3f})"
-        )
-    reasons.append(
-        f"prefix caching {'on' if cache else 'off'}: rho {regime.rho:.3f} "
-        f"{'>' if cache else '<='} rho* {rho_star:.4f} at B_eff {b_eff:g}, L_in {l_in:g}"
-    )
-    r_star_text = "inf" if math.isinf(r_star) else f"{r_star:.4f}"
-    reasons.append(
-        f"speculation {'on' if spec else 'off'}: r {regime.r:.3f} {'>' if spec else '<='} "
-        f"r* {r_star_text} (eta {model.eta(chosen):.3f}, "
-        f"R {model.spec_step_inflation(chosen, b_eff, None, ctx):.4f})"
-    )
-    if current is not None and current.precision != chosen:
-        if (current.speculative, current.prefix_caching) != (spec, cache):
-            inherited = cpt_of(chosen, current.speculative, current.prefix_caching)
-            text = (
-                f"toggles recomputed for {chosen}, not inherited from {current.describe()}: "
-                f"inheriting would cost {100.0 * (inherited / expected - 1.0):+.1f}% CPT"
-            )
-            if current.speculative != spec:
-                # Speculation acts on decode only; say what it does there.
-                fresh = model.decode_seconds_per_token(c, chosen, ctx)
-                spec_cost = model.spec_decode_seconds_per_token(c, chosen, regime.r, ctx)
-                kept, right = (spec_cost, fresh) if current.speculative else (fresh, spec_cost)
-                text += f", {100.0 * (kept / right - 1.0):+.1f}% decode"
-            reasons.append(text)
-    reasons += precision_notes(chosen, cfg.hardware)
-    if l_in + l_out > cfg.cost.l_ctx:
-        reasons.append(
-            f"warning: L_in + L_out = {l_in + l_out:g} exceeds the reserved L_ctx "
-            f"{cfg.cost.l_ctx}; raise cost.l_ctx (and --max-model-len)"
-        )
-
+    chosen, tied = _choose(ev, feasible)
+    spec, cache, rho_star, r_star = ev.toggles(chosen)
+    plan = TierConfig(chosen, spec, cache)
     off_above: int | None = None
     if spec and cfg.serve.batch_dependent_speculation:
-        off_above = _speculation_cutoff(model, chosen, regime.r, ctx)
+        off_above = _speculation_cutoff(model, chosen, regime.r, ev.ctx)
     args = vllm_serve_args(
         chosen,
         speculative=spec,
@@ -242,25 +290,26 @@ def plan_tier(
         serve=cfg.serve,
         spec_off_above_batch=off_above,
     )
-    alternatives = {
-        f"{p} s={int(s)} k={int(k)}": cpt_of(p, s, k)
-        for p in feasible
-        for s in (False, True)
-        for k in (False, True)
-    }
     return TierPlan(
         precision=chosen,
         speculative=spec,
         prefix_caching=cache,
-        reasons=reasons,
-        expected_cpt=expected,
+        reasons=_explain(
+            ev, cfg, feasible=feasible, dropped=dropped, tied=tied, plan=plan, current=current
+        ),
+        expected_cpt=ev.cpt(chosen, spec, cache),
         vllm_args=args,
         knee=model.knee(chosen),
-        b_eff=b_eff,
+        b_eff=model.b_eff(regime.concurrency, chosen),
         rho_star=rho_star,
         r_star=r_star,
-        decode_seconds_per_token=decode[chosen],
-        alternatives=alternatives,
+        decode_seconds_per_token=ev.decode(chosen),
+        alternatives={
+            f"{p} s={int(s)} k={int(k)}": ev.cpt(p, s, k)
+            for p in feasible
+            for s in (False, True)
+            for k in (False, True)
+        },
     )
 
 
