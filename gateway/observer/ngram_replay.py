@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from gateway.planner.costmodel import inverse_accepted_per_round
+from gateway.observer.acceptance import inverse_accepted_per_round
 
 __all__ = [
     "NgramCounts",

@@ -63,6 +63,17 @@ class _LruBlocks:
     def __len__(self) -> int:
         return len(self._order)
 
+    def resize(self, capacity: int | None) -> None:
+        if capacity is not None and capacity < 0:
+            raise ValueError("capacity must be non-negative")
+        self.capacity = capacity
+        self._evict()
+
+    def _evict(self) -> None:
+        if self.capacity is not None:
+            while len(self._order) > self.capacity:
+                self._order.popitem(last=False)
+
     def __contains__(self, key: int) -> bool:
         return key in self._order
 
@@ -82,9 +93,7 @@ class _LruBlocks:
                 order.move_to_end(key)
             else:
                 order[key] = None
-        if self.capacity is not None:
-            while len(order) > self.capacity:
-                order.popitem(last=False)
+        self._evict()
 
 
 class PrefixCacheReplay:
@@ -110,6 +119,10 @@ class PrefixCacheReplay:
     @property
     def cached_blocks(self) -> int:
         return len(self._blocks)
+
+    def set_capacity(self, capacity_blocks: int | None) -> None:
+        """Re-bounds the cache (e.g. once `num_gpu_blocks` is known), evicting LRU blocks."""
+        self._blocks.resize(capacity_blocks)
 
     @property
     def hit_rate(self) -> float:

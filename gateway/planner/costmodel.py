@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Final
 
+from gateway.observer.acceptance import accepted_per_round, inverse_accepted_per_round
 from gateway.planner.params import CostParams, Settings
 from gateway.planner.presets import HardwareSpec, ModelSpec, hardware_preset, model_preset
 from gateway.precision import BYTES_PER_PARAM, Precision
@@ -32,34 +33,6 @@ EFFECTIVE_BYTES_PER_PARAM: Final[dict[Precision, float]] = {
     "w4a16": 0.5 + 2.0 / 128,
     "nvfp4": 0.5 + 1.0 / 16,
 }
-_BISECTION_STEPS: Final = 200
-
-
-def accepted_per_round(a: float, k_s: int) -> float:
-    """A(a, k_s) = (1 - a^(k_s+1)) / (1 - a): tokens per round under i.i.d. acceptance a."""
-    if a <= 0.0:
-        return 1.0
-    if a >= 1.0:
-        return float(k_s + 1)
-    return (1.0 - a ** (k_s + 1)) / (1.0 - a)
-
-
-def inverse_accepted_per_round(tokens_per_round: float, k_s: int) -> float:
-    """A^-1 by bisection on [0, 1]: 0 at or below one token per round, 1 at or above k_s + 1."""
-    if tokens_per_round <= 1.0:
-        return 0.0
-    if tokens_per_round >= k_s + 1:
-        return 1.0
-    lo, hi = 0.0, 1.0
-    for _ in range(_BISECTION_STEPS):
-        mid = 0.5 * (lo + hi)
-        if accepted_per_round(mid, k_s) < tokens_per_round:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo < 1e-15:
-            break
-    return 0.5 * (lo + hi)
 
 
 @dataclass(frozen=True)
