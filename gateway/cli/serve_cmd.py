@@ -1,9 +1,175 @@
-"""Placeholder: `up`, `serve` and `sim` land with the foundation."""
+"""`tiergate up`, `tiergate serve` and `tiergate sim`."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+from pathlib import Path
+from typing import Annotated
+
 import typer
+
+from gateway.precision import Precision
+
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="YAML configuration (default: $TIERGATE_CONFIG)."),
+]
+
+
+def _settings(config: Path | None, port: int | None):  # type: ignore[no-untyped-def]
+    from gateway.config import ConfigError, default_settings, load_settings
+
+    source = config or (
+        Path(os.environ["TIERGATE_CONFIG"]) if os.environ.get("TIERGATE_CONFIG") else None
+    )
+    try:
+        settings = load_settings(source) if source else default_settings()
+    except ConfigError as exc:
+        typer.echo(f"tiergate: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if port is not None:
+        settings = settings.model_copy(
+            update={"server": settings.server.model_copy(update={"port": port})}
+        )
+    return settings
+
+
+def up(
+    *,
+    port: Annotated[int, typer.Option(help="Gateway port.")] = 8000,
+    config: ConfigOption = None,
+    sim_time_scale: Annotated[float, typer.Option(help="Simulator clock multiplier.")] = 1.0,
+) -> None:
+    """Start three simulated vLLM tiers and the gateway in one command (the embedded default)."""
+    from gateway.app import build_app
+    from gateway.launcher import banner, exit_on_sigterm, local_sim_specs, running_sims
+    from gateway.routing.factory import build_policy
+
+    settings = _settings(config, port)
+    exit_on_sigterm()
+    specs = local_sim_specs(settings, ("--time-scale", str(sim_time_scale)))
+    host = settings.server.host
+    try:
+        with running_sims(specs):
+            app = build_app(settings, policy_factory=build_policy)
+            key = next(
+                (k for t in settings.tenants for k in t.api_keys if not k.startswith("sha256:")),
+                "<your key>",
+            )
+            typer.echo(
+                banner(
+                    f"http://{host}:{settings.server.port}",
+                    key,
+                    settings.model,
+                    [t.name for t in settings.tiers],
+                )
+            )
+            asyncio.run(_serve(app, host, settings.server.port))
+    except RuntimeError as exc:
+        typer.echo(f"tiergate: {exc}", err=True)
+        raise typer.Exit(1) from None
+
+
+def serve(
+    *,
+    config: ConfigOption = None,
+    port: Annotated[int | None, typer.Option(help="Override server.port.")] = None,
+    host: Annotated[str | None, typer.Option(help="Override server.host.")] = None,
+) -> None:
+    """Run the gateway alone, in front of the tiers named in the configuration."""
+    from gateway.app import build_app
+    from gateway.routing.factory import build_policy
+
+    settings = _settings(config, port)
+    app = build_app(settings, policy_factory=build_policy)
+    asyncio.run(_serve(app, host or settings.server.host, settings.server.port))
+
+
+async def _serve(app: object, host: str, port: int) -> None:
+    import uvicorn
+
+    from gateway.launcher import gateway_config
+
+    await uvicorn.Server(gateway_config(app, host, port)).serve()
+
+
+def sim(
+    *,
+    precision: Annotated[str, typer.Option(help="bf16, fp16, fp8, w4a16 or nvfp4.")] = "bf16",
+    port: Annotated[int, typer.Option()] = 9001,
+    host: Annotated[str, typer.Option()] = "127.0.0.1",
+    served_model_name: Annotated[
+        str | None, typer.Option(help="Model id the server answers to.")
+    ] = None,
+    hardware: Annotated[
+        str, typer.Option(help="Cost-model hardware preset: h200 or b200.")
+    ] = "h200",
+    model_preset: Annotated[str, typer.Option(help="Cost-model model preset.")] = "qwen3-30b-a3b",
+    time_scale: Annotated[float, typer.Option(help="Multiplies every simulated duration.")] = 1.0,
+    spec_decode: Annotated[
+        bool, typer.Option("--spec-decode", help="n-gram speculative decoding.")
+    ] = False,
+    num_speculative_tokens: Annotated[int, typer.Option()] = 4,
+    prefix_caching: Annotated[bool, typer.Option("--prefix-caching/--no-prefix-caching")] = False,
+    max_num_seqs: Annotated[
+        int | None, typer.Option(help="Batch cap (default: the knee K(p)).")
+    ] = None,
+    max_model_len: Annotated[int, typer.Option()] = 32_768,
+    error_rate: Annotated[float, typer.Option(help="Share of requests answered HTTP 500.")] = 0.0,
+    added_latency_ms: Annotated[float, typer.Option(help="Delay before each response.")] = 0.0,
+    drop_mid_stream: Annotated[float, typer.Option(help="Share of streams cut short.")] = 0.0,
+    refuse_connections: Annotated[bool, typer.Option("--refuse-connections")] = False,
+    max_waiting: Annotated[
+        int | None, typer.Option(help="503 when this many requests wait.")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seeds fault injection.")] = 0,
+    log_level: Annotated[str, typer.Option()] = "warning",
+) -> None:
+    """Run a vLLM-compatible simulated tier whose timing follows the cost model."""
+    from gateway.launcher import die_with_parent
+
+    die_with_parent()
+    from typing import get_args
+
+    from gateway.planner.costmodel import CostModel
+    from gateway.sim.engine import EngineConfig, SpecConfig
+    from gateway.sim.faults import Faults
+    from gateway.sim.run import serve as serve_sim
+    from gateway.sim.server import SimServer
+
+    if precision not in get_args(Precision):
+        typer.echo(f"tiergate: --precision must be one of {get_args(Precision)}", err=True)
+        raise typer.Exit(2)
+    try:
+        cost_model = CostModel.preset(hardware, model_preset)
+        faults = Faults(
+            error_rate=error_rate,
+            added_latency_s=added_latency_ms / 1000.0,
+            drop_mid_stream=drop_mid_stream,
+            refuse_connections=refuse_connections,
+            max_waiting=max_waiting,
+        )
+    except (KeyError, ValueError) as exc:
+        typer.echo(f"tiergate: {exc}", err=True)
+        raise typer.Exit(2) from None
+    config = EngineConfig(
+        precision=precision,  # type: ignore[arg-type]
+        cost_model=cost_model,
+        time_scale=time_scale,
+        max_num_seqs=max_num_seqs,
+        max_model_len=max_model_len,
+        speculation=SpecConfig(num_speculative_tokens=num_speculative_tokens)
+        if spec_decode
+        else None,
+        prefix_caching=prefix_caching,
+    )
+    server = SimServer(config, served_model_name or f"sim-{precision}", faults, seed=seed)
+    asyncio.run(serve_sim(server, host, port, log_level=log_level))
 
 
 def register(app: typer.Typer) -> None:
     """Adds `up`, `serve` and `sim` to the root app."""
+    app.command("up")(up)
+    app.command("serve")(serve)
+    app.command("sim")(sim)

@@ -1,0 +1,94 @@
+"""Thin handlers for the two generation endpoints, on raw ASGI for the hot path.
+
+Parse, authenticate, hand over to the proxy service, map errors to OpenAI JSON. Nothing
+else happens here.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from gateway.errors import InvalidRequestError, TiergateError
+from gateway.metrics import UNAUTHENTICATED, GatewayMetrics
+from gateway.protocol import EndpointKind, RequestLimits, parse_request
+from gateway.proxy.channel import ClientChannel, Receive, Send
+from gateway.proxy.service import ProxyService
+from gateway.stats import RequestRecord
+from gateway.tenants.registry import TenantRegistry
+
+PIN_HEADER = b"x-tiergate-tier"
+
+
+class GenerationHandler:
+    """Serves POST /v1/chat/completions or POST /v1/completions."""
+
+    def __init__(
+        self,
+        kind: EndpointKind,
+        tenants: TenantRegistry,
+        service: ProxyService,
+        limits: RequestLimits,
+        metrics: GatewayMetrics,
+    ) -> None:
+        self.kind: EndpointKind = kind
+        self.tenants = tenants
+        self.service = service
+        self.limits = limits
+        self.metrics = metrics
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        started = time.perf_counter()
+        channel = ClientChannel(send, receive)
+        record = RequestRecord(tenant=UNAUTHENTICATED, kind=self.kind)
+        try:
+            authorization = pin = None
+            for name, value in scope["headers"]:
+                if name == b"authorization":
+                    authorization = value
+                elif name == PIN_HEADER:
+                    pin = value
+            tenant = self.tenants.authenticate(authorization)
+            record.tenant = tenant.name
+            body = await self._read_body(receive)
+            request = parse_request(self.kind, body, self.limits)
+            header_pin = pin.decode("latin-1").strip() if pin else None
+            await self.service.handle(
+                self.kind,
+                request,
+                tenant=tenant,
+                header_pin=header_pin,
+                channel=channel,
+                started=started,
+                record=record,
+            )
+        except TiergateError as exc:
+            record.status = exc.status
+            if not channel.started:
+                headers = [(b"content-type", b"application/json"), *exc.headers()]
+                await channel.respond(exc.status, headers, exc.body())
+        finally:
+            record.duration_s = time.perf_counter() - started
+            channel.close()
+            self.metrics.record(record)
+
+    async def _read_body(self, receive: Receive) -> bytes:
+        limit = self.limits.max_body_bytes
+        parts: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise InvalidRequestError("The client closed the connection mid-request.")
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                # parse_request raises the 413 with the real figures.
+                parts.append(chunk)
+                return b"".join(parts)
+            parts.append(chunk)
+            if not message.get("more_body", False):
+                return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+__all__ = ["GenerationHandler"]

@@ -1,0 +1,118 @@
+"""The OpenAPI 3.1 document of the gateway, built from the protocol models.
+
+Schemathesis and client generators read it; the request schemas are the same pydantic
+models the gateway validates with, so the document cannot drift from the behaviour.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from pydantic.json_schema import models_json_schema
+
+from gateway import __version__
+from gateway.protocol import ChatCompletionRequest, CompletionRequest
+
+_ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["message", "type", "param", "code"],
+            "properties": {
+                "message": {"type": "string"},
+                "type": {"type": "string"},
+                "param": {"type": ["string", "null"]},
+                "code": {"type": ["string", "integer", "null"]},
+            },
+        }
+    },
+}
+
+
+def _error_responses(*codes: int) -> dict[str, Any]:
+    return {
+        str(code): {
+            "description": "OpenAI-shaped error",
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+        }
+        for code in codes
+    }
+
+
+def _generation(name: str, schema: str) -> dict[str, Any]:
+    return {
+        "post": {
+            "operationId": name,
+            "security": [{"bearer": []}],
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}
+                },
+            },
+            "responses": {
+                "200": {
+                    "description": "The upstream tier's answer, relayed (JSON, or SSE when stream)",
+                    "content": {"application/json": {"schema": {"type": "object"}}},
+                },
+                **_error_responses(400, 401, 403, 404, 413, 429, 502, 503, 504),
+            },
+        }
+    }
+
+
+@cache
+def openapi_document(public_model: str) -> dict[str, Any]:
+    _, definitions = models_json_schema(
+        [(ChatCompletionRequest, "validation"), (CompletionRequest, "validation")],
+        ref_template="#/components/schemas/{model}",
+    )
+    schemas: dict[str, Any] = dict(definitions.get("$defs", {}))
+    schemas["Error"] = _ERROR_SCHEMA
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "tiergate",
+            "version": __version__,
+            "description": f"OpenAI-compatible gateway for '{public_model}' over precision tiers.",
+        },
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "paths": {
+            "/v1/chat/completions": _generation("createChatCompletion", "ChatCompletionRequest"),
+            "/v1/completions": _generation("createCompletion", "CompletionRequest"),
+            "/v1/models": {
+                "get": {
+                    "operationId": "listModels",
+                    "security": [{"bearer": []}],
+                    "responses": {
+                        "200": {
+                            "description": "Public model and one pinned id per tier",
+                            "content": {"application/json": {"schema": {"type": "object"}}},
+                        },
+                        **_error_responses(401),
+                    },
+                }
+            },
+            "/health": {
+                "get": {"operationId": "health", "responses": {"200": {"description": "alive"}}}
+            },
+            "/ready": {
+                "get": {
+                    "operationId": "ready",
+                    "responses": {
+                        "200": {"description": "at least one tier healthy"},
+                        "503": {"description": "no tier healthy"},
+                    },
+                }
+            },
+        },
+    }
+
+
+__all__ = ["openapi_document"]

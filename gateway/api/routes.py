@@ -1,0 +1,76 @@
+"""The non-generation endpoints: models, liveness, readiness, metrics, the OpenAPI document.
+
+These run on Starlette; they are not on the per-token hot path.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from gateway.api.openapi import openapi_document
+from gateway.errors import TiergateError
+
+if TYPE_CHECKING:
+    from gateway.app import GatewayRuntime
+
+_STARTED = int(time.time())
+
+
+def runtime_of(request: Request) -> GatewayRuntime:
+    runtime: GatewayRuntime = request.app.state.gateway.runtime
+    return runtime
+
+
+def error_response(exc: TiergateError) -> Response:
+    return Response(
+        exc.body(),
+        status_code=exc.status,
+        media_type="application/json",
+        headers={k.decode(): v.decode() for k, v in exc.headers()},
+    )
+
+
+async def list_models(request: Request) -> Response:
+    runtime = runtime_of(request)
+    try:
+        tenant = runtime.tenants.authenticate(_header(request, "authorization"))
+    except TiergateError as exc:
+        return error_response(exc)
+    public = runtime.settings.model
+    ids = [public]
+    if tenant.allow_pinning:
+        ids += [f"{public}@{runtime.settings.tiers[i].name}" for i in tenant.allowed_tiers]
+    data = [{"id": i, "object": "model", "created": _STARTED, "owned_by": "tiergate"} for i in ids]
+    return JSONResponse({"object": "list", "data": data})
+
+
+async def health(request: Request) -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+async def ready(request: Request) -> Response:
+    runtime = runtime_of(request)
+    tiers = {tier.name: tier.healthy for tier in runtime.tiers}
+    ok = any(tiers.values()) and not request.app.state.gateway.draining
+    return JSONResponse({"ready": ok, "tiers": tiers}, status_code=200 if ok else 503)
+
+
+async def metrics(request: Request) -> Response:
+    body, content_type = request.app.state.gateway.exposition()
+    return Response(body, media_type=content_type)
+
+
+async def openapi(request: Request) -> Response:
+    return JSONResponse(openapi_document(runtime_of(request).settings.model))
+
+
+def _header(request: Request, name: str) -> bytes | None:
+    value = request.headers.get(name)
+    return None if value is None else value.encode("latin-1")
+
+
+__all__ = ["error_response", "health", "list_models", "metrics", "openapi", "ready"]

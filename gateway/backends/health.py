@@ -1,0 +1,74 @@
+"""Active health checks: GET <root>/health on every endpoint, on a fixed period."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+
+from gateway.backends.h1client import UpstreamFailure
+from gateway.backends.tier import EndpointState, TierBackend
+
+log = logging.getLogger("tiergate.health")
+
+
+def health_path(state: EndpointState) -> bytes:
+    """vLLM serves /health at the root, beside /v1."""
+    base = state.endpoint.base_path
+    root = base[: -len("/v1")] if base.endswith("/v1") else base
+    return f"{root}/health".encode()
+
+
+async def probe(state: EndpointState, timeout_s: float) -> bool:
+    request = state.pool.render(b"GET", health_path(state), b"")
+    try:
+        response = await state.pool.request(
+            request, first_byte_timeout_s=timeout_s, total_timeout_s=timeout_s
+        )
+    except UpstreamFailure:
+        return False
+    try:
+        await response.read(64 * 1024)
+    except UpstreamFailure:
+        return False
+    finally:
+        response.release()
+    return response.status == 200
+
+
+class HealthChecker:
+    """Marks endpoints healthy or not; `on_change` is told about every transition."""
+
+    def __init__(
+        self,
+        tiers: Sequence[TierBackend],
+        on_change: Callable[[EndpointState, bool], None],
+        interval_s: float = 2.0,
+        timeout_s: float = 2.0,
+    ) -> None:
+        self.tiers = tiers
+        self.on_change = on_change
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+
+    async def check_once(self) -> None:
+        states = [state for tier in self.tiers for state in tier.endpoints]
+        results = await asyncio.gather(*(probe(state, self.timeout_s) for state in states))
+        for state, ok in zip(states, results, strict=True):
+            if ok != state.healthy:
+                log.warning(
+                    "endpoint %s of tier %s is now %s",
+                    state.url,
+                    state.tier,
+                    "up" if ok else "down",
+                )
+            state.healthy = ok
+            self.on_change(state, ok)
+
+    async def run(self) -> None:
+        while True:
+            await self.check_once()
+            await asyncio.sleep(self.interval_s)
+
+
+__all__ = ["HealthChecker", "health_path", "probe"]

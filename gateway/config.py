@@ -1,0 +1,258 @@
+"""Typed settings: the YAML file a deployment writes, validated once, at start-up or reload.
+
+`load_settings` is the only function here that touches the file system or the environment,
+and the environment is injectable so tests never mutate `os.environ`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Self
+from urllib.parse import urlsplit
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from gateway.precision import Precision, relative_cost
+from gateway.protocol import RequestLimits
+
+Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")]
+Probability = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+class ConfigError(ValueError):
+    """The configuration cannot be used; the message names the offending field."""
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Endpoint(Section):
+    """One upstream base URL, split once so the hot path never parses URLs."""
+
+    url: str
+    scheme: str
+    host: str
+    port: int
+    base_path: str
+
+    @classmethod
+    def parse(cls, url: str) -> Endpoint:
+        parts = urlsplit(url)
+        if parts.scheme not in {"http"} or not parts.hostname:
+            raise ValueError(f"endpoint {url!r} must be an http://host[:port]/path URL")
+        if parts.query or parts.fragment:
+            raise ValueError(f"endpoint {url!r} must not carry a query or fragment")
+        return cls(
+            url=url.rstrip("/"),
+            scheme=parts.scheme,
+            host=parts.hostname,
+            port=parts.port or 80,
+            base_path=parts.path.rstrip("/"),
+        )
+
+
+class TierSettings(Section):
+    name: Name
+    precision: Precision
+    endpoints: list[str] = Field(min_length=1)
+    served_model_name: str | None = None
+    max_inflight_per_endpoint: int = Field(default=512, ge=1)
+    cost: float | None = Field(default=None, gt=0.0)
+    vllm_args: list[str] | None = None
+
+    @field_validator("endpoints")
+    @classmethod
+    def _endpoints_parse(cls, value: list[str]) -> list[str]:
+        for url in value:
+            Endpoint.parse(url)
+        if len(set(value)) != len(value):
+            raise ValueError("endpoints must be distinct")
+        return value
+
+    @property
+    def parsed_endpoints(self) -> list[Endpoint]:
+        return [Endpoint.parse(url) for url in self.endpoints]
+
+    @property
+    def relative_cost(self) -> float:
+        return self.cost if self.cost is not None else relative_cost(self.precision)
+
+
+class TenantSettings(Section):
+    name: Name
+    api_keys: list[str] = Field(default_factory=list)
+    api_keys_env: str | None = None
+    allowed_tiers: list[str] | None = None
+    allow_pinning: bool = True
+    thresholds: dict[str, Probability] | None = None
+    alpha: float | None = Field(default=None, gt=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _thresholds_or_alpha(self) -> Self:
+        if self.thresholds is not None and self.alpha is not None:
+            raise ValueError("set either thresholds or alpha, not both")
+        return self
+
+
+class TimeoutSettings(Section):
+    connect_s: float = Field(default=3.0, gt=0.0)
+    first_byte_s: float = Field(default=120.0, gt=0.0)
+    total_s: float = Field(default=900.0, gt=0.0)
+
+
+class ServerSettings(Section):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    workers: int = Field(default=1, ge=1, le=256)
+
+
+class AdminSettings(Section):
+    token: str | None = None
+    token_env: str | None = "TIERGATE_ADMIN_TOKEN"
+
+
+class RouterSettings(Section):
+    model_dir: Path | None = None
+    default_threshold: Probability = 0.8
+
+
+class Settings(Section):
+    model: str = Field(min_length=1)
+    tiers: list[TierSettings] = Field(min_length=2)
+    tenants: list[TenantSettings] = Field(min_length=1)
+    server: ServerSettings = ServerSettings()
+    limits: RequestLimits = RequestLimits()
+    timeouts: TimeoutSettings = TimeoutSettings()
+    admin: AdminSettings = AdminSettings()
+    router: RouterSettings = RouterSettings()
+
+    @model_validator(mode="after")
+    def _cross_references(self) -> Self:
+        tier_names = [tier.name for tier in self.tiers]
+        _require_unique("tiers", tier_names)
+        _require_unique("tenants", [tenant.name for tenant in self.tenants])
+        known = set(tier_names)
+        for tenant in self.tenants:
+            for field, names in (
+                ("allowed_tiers", tenant.allowed_tiers or []),
+                ("thresholds", list((tenant.thresholds or {}).keys())),
+            ):
+                unknown = sorted(set(names) - known)
+                if unknown:
+                    raise ValueError(
+                        f"tenant {tenant.name!r}: {field} names unknown tiers {unknown}; "
+                        f"tiers are {tier_names}"
+                    )
+            if tenant.allowed_tiers is not None and not tenant.allowed_tiers:
+                raise ValueError(f"tenant {tenant.name!r}: allowed_tiers must not be empty")
+        return self
+
+    def tier_index(self, name: str) -> int | None:
+        for index, tier in enumerate(self.tiers):
+            if tier.name == name:
+                return index
+        return None
+
+
+def _require_unique(field: str, names: list[str]) -> None:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise ValueError(f"{field}: name {name!r} is used twice")
+        seen.add(name)
+
+
+def parse_settings(data: Any) -> Settings:
+    """Validates an already-loaded mapping; raises ConfigError naming the field."""
+    if not isinstance(data, dict):
+        raise ConfigError("configuration must be a YAML mapping at the top level")
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from None
+
+
+def load_settings(path: str | Path) -> Settings:
+    """Reads and validates a YAML file; raises ConfigError with a readable message."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {file}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{file}: not valid YAML: {exc}") from None
+    try:
+        return parse_settings(data)
+    except ConfigError as exc:
+        raise ConfigError(f"{file}: {exc}") from None
+
+
+def resolve_secret(value: str | None, env_name: str | None, environ: Mapping[str, str]) -> str:
+    """A secret given inline or through an environment variable; empty when neither is set."""
+    if value:
+        return value
+    if env_name:
+        return environ.get(env_name, "")
+    return ""
+
+
+def tenant_keys(tenant: TenantSettings, environ: Mapping[str, str] | None = None) -> list[str]:
+    """The tenant's keys from config plus the comma-separated list in its env variable."""
+    env = os.environ if environ is None else environ
+    keys = list(tenant.api_keys)
+    if tenant.api_keys_env:
+        keys.extend(k.strip() for k in env.get(tenant.api_keys_env, "").split(",") if k.strip())
+    return keys
+
+
+def _describe(exc: ValidationError) -> str:
+    lines = []
+    for error in exc.errors(include_url=False):
+        where = ".".join(str(part) for part in error["loc"]) or "(top level)"
+        lines.append(f"{where}: {error['msg']}")
+    return "invalid configuration: " + "; ".join(lines)
+
+
+def default_settings(
+    port: int = 8000, sim_ports: tuple[int, int, int] = (9001, 9002, 9003)
+) -> Settings:
+    """The embedded default: three simulated tiers of one checkpoint, one dev tenant."""
+    ladder = (("nvfp4", "nvfp4"), ("w4a16", "w4a16"), ("bf16", "bf16"))
+    return Settings(
+        model="qwen3-30b-a3b",
+        tiers=[
+            TierSettings(
+                name=name,
+                precision=precision,  # type: ignore[arg-type]
+                endpoints=[f"http://127.0.0.1:{sim_port}/v1"],
+                served_model_name=f"qwen3-30b-a3b-{name}",
+            )
+            for (name, precision), sim_port in zip(ladder, sim_ports, strict=True)
+        ],
+        tenants=[TenantSettings(name="default", api_keys=["sk-local-dev"])],
+        server=ServerSettings(port=port),
+    )
+
+
+__all__ = [
+    "AdminSettings",
+    "ConfigError",
+    "Endpoint",
+    "RouterSettings",
+    "ServerSettings",
+    "Settings",
+    "TenantSettings",
+    "TierSettings",
+    "TimeoutSettings",
+    "default_settings",
+    "load_settings",
+    "parse_settings",
+    "resolve_secret",
+    "tenant_keys",
+]

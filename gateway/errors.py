@@ -1,0 +1,143 @@
+"""The one exception tree of the gateway, rendered as OpenAI-shaped error JSON at the edge.
+
+    TiergateError                      500 server_error (never raised for a client's mistake)
+    ├── InvalidRequestError            400 invalid_request_error
+    │   ├── NotFoundError              404 (unknown model, tier or path)
+    │   ├── MethodNotAllowedError      405
+    │   └── PayloadTooLargeError       413
+    ├── AuthenticationError            401 authentication_error
+    ├── PermissionDeniedError          403 permission_error
+    ├── RateLimitError                 429 rate_limit_error (+ Retry-After)
+    └── UpstreamError                  502 upstream_error (every tier failed before the first byte)
+        ├── ServiceUnavailableError    503 (no healthy tier, draining)
+        └── UpstreamTimeoutError       504
+
+Every error renders to `{"error": {"message", "type", "param", "code"}}`, the shape the
+OpenAI SDK parses into its own exception classes.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+
+class TiergateError(Exception):
+    """Base class; `status` and `type` are class attributes, `code` may be per instance."""
+
+    status: int = 500
+    type: str = "server_error"
+    default_code: str | None = None
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code if code is not None else self.default_code
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+    def body(self) -> bytes:
+        return orjson.dumps(self.to_dict())
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        """Extra response headers this error carries (Retry-After for 429)."""
+        return []
+
+
+class InvalidRequestError(TiergateError):
+    status = 400
+    type = "invalid_request_error"
+
+
+class NotFoundError(InvalidRequestError):
+    status = 404
+    default_code = "not_found"
+
+
+class MethodNotAllowedError(InvalidRequestError):
+    status = 405
+    default_code = "method_not_allowed"
+
+
+class PayloadTooLargeError(InvalidRequestError):
+    status = 413
+    default_code = "payload_too_large"
+
+
+class AuthenticationError(TiergateError):
+    status = 401
+    type = "authentication_error"
+    default_code = "invalid_api_key"
+
+
+class PermissionDeniedError(TiergateError):
+    status = 403
+    type = "permission_error"
+    default_code = "permission_denied"
+
+
+class RateLimitError(TiergateError):
+    status = 429
+    type = "rate_limit_error"
+    default_code = "rate_limit_exceeded"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_after_s: float = 1.0,
+        param: str | None = None,
+        code: str | None = None,
+    ):
+        super().__init__(message, param=param, code=code)
+        self.retry_after_s = retry_after_s
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        # Retry-After takes whole seconds; round up so clients never retry too early.
+        seconds = max(1, int(-(-self.retry_after_s // 1)))
+        return [(b"retry-after", str(seconds).encode())]
+
+
+class UpstreamError(TiergateError):
+    status = 502
+    type = "upstream_error"
+    default_code = "upstream_failed"
+
+
+class ServiceUnavailableError(UpstreamError):
+    status = 503
+    default_code = "service_unavailable"
+
+
+class UpstreamTimeoutError(UpstreamError):
+    status = 504
+    default_code = "upstream_timeout"
+
+
+def error_event(exc: TiergateError) -> bytes:
+    """An SSE event carrying an error, sent when a stream fails after its first byte."""
+    return b"data: " + exc.body() + b"\n\n"
+
+
+__all__ = [
+    "AuthenticationError",
+    "InvalidRequestError",
+    "MethodNotAllowedError",
+    "NotFoundError",
+    "PayloadTooLargeError",
+    "PermissionDeniedError",
+    "RateLimitError",
+    "ServiceUnavailableError",
+    "TiergateError",
+    "UpstreamError",
+    "UpstreamTimeoutError",
+    "error_event",
+]

@@ -1,0 +1,203 @@
+"""Process plumbing for `tiergate up` and `tiergate serve`: simulated tiers as child
+processes, the gateway under uvicorn, and a clean stop on Ctrl-C or SIGTERM."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import uvicorn
+
+from gateway.config import Settings
+
+
+@dataclass(frozen=True, slots=True)
+class SimSpec:
+    """What one simulated tier process is started with."""
+
+    precision: str
+    port: int
+    served_model_name: str
+    host: str = "127.0.0.1"
+    extra_args: tuple[str, ...] = ()
+
+    def argv(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "gateway.cli.main",
+            "sim",
+            "--precision",
+            self.precision,
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--served-model-name",
+            self.served_model_name,
+            *self.extra_args,
+        ]
+
+
+def local_sim_specs(settings: Settings, extra_args: Sequence[str] = ()) -> list[SimSpec]:
+    """A simulator for every tier endpoint that points at this machine."""
+    specs = []
+    for tier in settings.tiers:
+        for endpoint in tier.parsed_endpoints:
+            if endpoint.host in {"127.0.0.1", "localhost", "::1"}:
+                specs.append(
+                    SimSpec(
+                        precision=tier.precision,
+                        port=endpoint.port,
+                        served_model_name=tier.served_model_name or settings.model,
+                        host=endpoint.host,
+                        extra_args=tuple(extra_args),
+                    )
+                )
+    return specs
+
+
+def wait_healthy(
+    url: str, timeout_s: float = 30.0, process: subprocess.Popen[bytes] | None = None
+) -> None:
+    """Polls `url` until it answers 200; raises RuntimeError on timeout or early exit."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"{url}: the process exited with code {process.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=1.0) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} did not become healthy within {timeout_s:.0f}s")
+
+
+PARENT_PID_ENV = "TIERGATE_PARENT_PID"
+
+
+def die_with_parent() -> None:
+    """In a child started by `running_sims`: exit when the parent process dies.
+
+    Linux delivers SIGTERM on parent death once asked (prctl PR_SET_PDEATHSIG); checking
+    the parent id afterwards closes the race where the parent died before the call.
+    """
+    parent = os.environ.get(PARENT_PID_ENV)
+    if not parent:
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    if os.getppid() != int(parent):
+        raise SystemExit(0)
+
+
+def exit_on_sigterm() -> None:
+    """Turns SIGTERM into SystemExit so `finally` blocks (stopping children) run.
+
+    uvicorn re-raises the signals it captured once it has shut down; with the default
+    SIGTERM disposition that would kill the process before its children are stopped.
+    """
+
+    def _raise(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _raise)
+
+
+@contextlib.contextmanager
+def running_sims(
+    specs: Sequence[SimSpec], timeout_s: float = 30.0
+) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Starts the simulators, waits until all are healthy, stops them on exit."""
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        for spec in specs:
+            env = {**os.environ, PARENT_PID_ENV: str(os.getpid())}
+            processes.append(subprocess.Popen(spec.argv(), start_new_session=True, env=env))
+        for spec, process in zip(specs, processes, strict=True):
+            wait_healthy(f"http://{spec.host}:{spec.port}/health", timeout_s, process)
+        yield processes
+    finally:
+        stop_processes(processes)
+
+
+def stop_processes(processes: Sequence[subprocess.Popen[bytes]], grace_s: float = 5.0) -> None:
+    for process in processes:
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for process in processes:
+        try:
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def gateway_config(app: object, host: str, port: int, log_level: str = "info") -> uvicorn.Config:
+    """uvicorn settings for the gateway's hot path: httptools parser, uvloop, no access log."""
+    return uvicorn.Config(
+        app,  # type: ignore[arg-type]
+        host=host,
+        port=port,
+        loop="uvloop",
+        http="httptools",
+        lifespan="on",
+        access_log=False,
+        server_header=False,
+        log_level=log_level,
+        timeout_keep_alive=75,
+        backlog=4096,
+        timeout_graceful_shutdown=30,
+    )
+
+
+def banner(url: str, api_key: str, model: str, tiers: Sequence[str]) -> str:
+    return f"""
+tiergate is up at {url}  (tiers, cheapest first: {", ".join(tiers)})
+
+  API key: {api_key}
+
+  curl {url}/v1/chat/completions \\
+    -H "Authorization: Bearer {api_key}" -H "Content-Type: application/json" \\
+    -d '{{"model": "{model}", "messages": [{{"role": "user", "content": "hi"}}]}}' -i
+
+  python - <<'EOF'
+  from openai import OpenAI
+  client = OpenAI(base_url="{url}/v1", api_key="{api_key}")
+  for chunk in client.chat.completions.create(
+          model="{model}", messages=[{{"role": "user", "content": "hi"}}], stream=True):
+      print(chunk.choices[0].delta.content or "" if chunk.choices else "", end="")
+  EOF
+
+  The x-tiergate-tier response header names the tier that served; pin one with
+  model="{model}@<tier>". Metrics: {url}/metrics. Stop with Ctrl-C.
+"""
+
+
+__all__ = [
+    "SimSpec",
+    "banner",
+    "die_with_parent",
+    "exit_on_sigterm",
+    "gateway_config",
+    "local_sim_specs",
+    "running_sims",
+    "stop_processes",
+    "wait_healthy",
+]

@@ -1,0 +1,217 @@
+"""Prometheus metrics: a sink for RequestRecords and gauges set by the background tasks.
+
+Label values come only from configuration (tenant and tier names, endpoint URLs, fixed
+reason and outcome vocabularies), never from request content, so cardinality is bounded.
+The registry is injected; tests pass their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+
+from gateway import __version__
+from gateway.stats import RequestRecord
+
+UNAUTHENTICATED: Final = "_unauthenticated"
+NO_TIER: Final = "_none"
+
+_LATENCY_BUCKETS: Final = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+)  # fmt: skip
+_OVERHEAD_BUCKETS: Final = (
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+)  # fmt: skip
+_PROBABILITY_BUCKETS: Final = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)
+
+
+class GatewayMetrics:
+    """Every metric the gateway exports, registered on one injected registry."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        tier_names: Sequence[str],
+        tier_costs: Sequence[float],
+        build_labels: dict[str, str] | None = None,
+    ) -> None:
+        self.registry = registry
+        self.tier_names = list(tier_names)
+        self.tier_costs = list(tier_costs)
+        self._children: dict[tuple[Any, ...], Any] = {}
+        self.requests = Counter(
+            "tiergate_requests",
+            "Requests answered, by tenant, serving tier, endpoint kind and HTTP status.",
+            ["tenant", "tier", "endpoint", "status"],
+            registry=registry,
+        )
+        self.request_duration = Histogram(
+            "tiergate_request_duration_seconds",
+            "Time from request arrival to the last byte, by tenant and serving tier.",
+            ["tenant", "tier"],
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.ttft = Histogram(
+            "tiergate_time_to_first_token_seconds",
+            "Streams: time from request arrival to the first relayed event.",
+            ["tenant", "tier"],
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.overhead = Histogram(
+            "tiergate_gateway_overhead_seconds",
+            "Gateway time per request excluding time spent waiting on the upstream.",
+            ["endpoint"],
+            buckets=_OVERHEAD_BUCKETS,
+            registry=registry,
+        )
+        self.probability = Histogram(
+            "tiergate_routing_probability",
+            "Calibrated probability that the chosen tier is adequate, by chosen tier.",
+            ["tier"],
+            buckets=_PROBABILITY_BUCKETS,
+            registry=registry,
+        )
+        self.decisions = Counter(
+            "tiergate_routing_decisions",
+            "Routing decisions by tenant, decided tier and reason.",
+            ["tenant", "tier", "reason"],
+            registry=registry,
+        )
+        self.prompt_tokens = Counter(
+            "tiergate_prompt_tokens",
+            "Prompt tokens reported by upstream usage, by tenant and serving tier.",
+            ["tenant", "tier"],
+            registry=registry,
+        )
+        self.completion_tokens = Counter(
+            "tiergate_completion_tokens",
+            "Completion tokens reported by upstream usage (streams included).",
+            ["tenant", "tier"],
+            registry=registry,
+        )
+        self.cost = Counter(
+            "tiergate_estimated_cost",
+            "Estimated serving cost in top-tier token equivalents (tokens x relative tier cost).",
+            ["tenant", "tier"],
+            registry=registry,
+        )
+        self.savings = Counter(
+            "tiergate_estimated_savings",
+            "Estimated cost saved against a baseline (top_tier, or uniform_floor: the cheapest "
+            "uniform tier meeting the tenant's floor); negative increments are tracked apart.",
+            ["tenant", "baseline"],
+            registry=registry,
+        )
+        self.overspend = Counter(
+            "tiergate_estimated_overspend",
+            "Estimated cost above a baseline (routing sent requests above the baseline tier).",
+            ["tenant", "baseline"],
+            registry=registry,
+        )
+        self.escalations = Counter(
+            "tiergate_escalations",
+            "Requests served by a tier other than the decided one, by from, to and reason.",
+            ["tenant", "from_tier", "to_tier", "reason"],
+            registry=registry,
+        )
+        self.attempts = Counter(
+            "tiergate_upstream_attempts",
+            "Upstream attempts by tier, endpoint and outcome.",
+            ["tier", "endpoint", "outcome"],
+            registry=registry,
+        )
+        self.stream_errors = Counter(
+            "tiergate_stream_errors",
+            "Streams that failed after their first byte (ended with an error event).",
+            ["tenant", "tier"],
+            registry=registry,
+        )
+        self.client_disconnects = Counter(
+            "tiergate_client_disconnects",
+            "Requests whose client went away before the response completed.",
+            ["tenant", "tier"],
+            registry=registry,
+        )
+        self.backend_up = Gauge(
+            "tiergate_backend_up",
+            "1 when the endpoint is considered healthy, else 0.",
+            ["tier", "endpoint"],
+            registry=registry,
+            multiprocess_mode="max",
+        )
+        self.inflight = Gauge(
+            "tiergate_inflight_requests",
+            "Requests in flight at the gateway, by tier.",
+            ["tier"],
+            registry=registry,
+            multiprocess_mode="livesum",
+        )
+        self.build_info = Info(
+            "tiergate_build", "Version of the running gateway.", registry=registry
+        )
+        self.build_info.info({"version": __version__, **(build_labels or {})})
+        # Baseline per tenant for the uniform_floor savings: set by the router (alpha).
+        self.uniform_floor_tier: dict[str, int] = {}
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        # Cache labelled children: `.labels()` validates and hashes on every call.
+        key = (id(metric), *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = metric.labels(*labels)
+            self._children[key] = child
+        return child
+
+    def record(self, record: RequestRecord) -> None:
+        """Sinks one finished request."""
+        tier = NO_TIER if record.served_tier is None else self.tier_names[record.served_tier]
+        tenant = record.tenant
+        self._child(self.requests, tenant, tier, record.kind, str(record.status)).inc()
+        self._child(self.request_duration, tenant, tier).observe(record.duration_s)
+        self._child(self.overhead, record.kind).observe(record.overhead_s)
+        for attempt in record.attempts:
+            self._child(
+                self.attempts, self.tier_names[attempt.tier], attempt.endpoint, attempt.outcome
+            ).inc()
+        if record.decided_tier is not None:
+            decided = self.tier_names[record.decided_tier]
+            self._child(self.decisions, tenant, decided, record.reason or "unknown").inc()
+            if record.probability is not None:
+                self._child(self.probability, decided).observe(record.probability)
+            if record.served_tier is not None and record.served_tier != record.decided_tier:
+                reason = record.attempts[0].outcome if record.attempts else "unknown"
+                self._child(self.escalations, tenant, decided, tier, reason).inc()
+        if record.served_tier is None:
+            return
+        if record.ttft_s is not None:
+            self._child(self.ttft, tenant, tier).observe(record.ttft_s)
+        if record.error_after_first_byte:
+            self._child(self.stream_errors, tenant, tier).inc()
+        if record.client_disconnected:
+            self._child(self.client_disconnects, tenant, tier).inc()
+        tokens = record.prompt_tokens + record.completion_tokens
+        if tokens:
+            self._child(self.prompt_tokens, tenant, tier).inc(record.prompt_tokens)
+            self._child(self.completion_tokens, tenant, tier).inc(record.completion_tokens)
+            served_cost = tokens * self.tier_costs[record.served_tier]
+            self._child(self.cost, tenant, tier).inc(served_cost)
+            self._credit(tenant, "top_tier", tokens * self.tier_costs[-1] - served_cost)
+            floor = self.uniform_floor_tier.get(tenant)
+            if floor is not None:
+                self._credit(tenant, "uniform_floor", tokens * self.tier_costs[floor] - served_cost)
+
+    def _credit(self, tenant: str, baseline: str, saved: float) -> None:
+        if saved >= 0:
+            self._child(self.savings, tenant, baseline).inc(saved)
+        else:
+            self._child(self.overspend, tenant, baseline).inc(-saved)
+
+    def set_backend_up(self, tier: str, endpoint: str, up: bool) -> None:
+        self._child(self.backend_up, tier, endpoint).set(1 if up else 0)
+
+
+__all__ = ["NO_TIER", "UNAUTHENTICATED", "GatewayMetrics"]

@@ -1,0 +1,174 @@
+"""OpenAI request models and the parser that turns a request body into a validated dict.
+
+The models validate the fields the gateway reads or must keep sane; every other field is
+allowed and passed upstream untouched. Validation never rebuilds the body: the parsed dict
+is what gets forwarded, with only `model` rewritten.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Final, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gateway.errors import InvalidRequestError, PayloadTooLargeError
+
+EndpointKind = Literal["chat", "completions"]
+
+
+class OpenAIModel(BaseModel):
+    """Base of every protocol model: unknown fields are allowed and kept, types are strict."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+
+class StreamOptions(OpenAIModel):
+    include_usage: bool | None = None
+    continuous_usage_stats: bool | None = None
+
+
+Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
+
+
+class ChatMessage(OpenAIModel):
+    role: Role
+    content: str | list[dict[str, Any]] | None = None
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+
+
+Temperature = Annotated[float, Field(ge=0.0, le=2.0)]
+TopP = Annotated[float, Field(ge=0.0, le=1.0)]
+Penalty = Annotated[float, Field(ge=-2.0, le=2.0)]
+PositiveInt = Annotated[int, Field(ge=1)]
+ChoiceCount = Annotated[int, Field(ge=1, le=128)]
+
+
+class SamplingFields(OpenAIModel):
+    """Fields shared by both endpoints."""
+
+    model: str = Field(min_length=1)
+    stream: bool | None = None
+    stream_options: StreamOptions | None = None
+    max_tokens: PositiveInt | None = None
+    n: ChoiceCount | None = None
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    presence_penalty: Penalty | None = None
+    frequency_penalty: Penalty | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    user: str | None = None
+
+
+class ChatCompletionRequest(SamplingFields):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: PositiveInt | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    response_format: dict[str, Any] | None = None
+    logprobs: bool | None = None
+    top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
+
+
+class CompletionRequest(SamplingFields):
+    prompt: str | list[str] | list[int] | list[list[int]]
+    echo: bool | None = None
+    suffix: str | None = None
+    logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
+    best_of: PositiveInt | None = None
+
+
+_REQUEST_MODELS: Final[dict[EndpointKind, type[SamplingFields]]] = {
+    "chat": ChatCompletionRequest,
+    "completions": CompletionRequest,
+}
+
+
+class RequestLimits(BaseModel):
+    """Structural limits checked before a body reaches the router (typed settings section)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    max_json_depth: int = Field(default=32, ge=4, le=512)
+    max_messages: int = Field(default=1024, ge=1)
+
+
+def parse_request(kind: EndpointKind, body: bytes, limits: RequestLimits) -> dict[str, Any]:
+    """Parses and validates a request body; raises InvalidRequestError (4xx) on any problem."""
+    if len(body) > limits.max_body_bytes:
+        raise PayloadTooLargeError(
+            f"Request body is {len(body)} bytes; the limit is {limits.max_body_bytes}."
+        )
+    if not body:
+        raise InvalidRequestError("Request body is empty; expected a JSON object.")
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequestError(f"Request body is not valid JSON: {exc}.") from None
+    if not isinstance(data, dict):
+        raise InvalidRequestError("Request body must be a JSON object.")
+    _check_depth(body, data, limits.max_json_depth)
+    if kind == "chat":
+        messages = data.get("messages")
+        if isinstance(messages, list) and len(messages) > limits.max_messages:
+            raise InvalidRequestError(
+                f"Too many messages: {len(messages)}; the limit is {limits.max_messages}.",
+                param="messages",
+            )
+    try:
+        _REQUEST_MODELS[kind].model_validate(data)
+    except ValidationError as exc:
+        raise _as_invalid_request(exc) from None
+    return data
+
+
+def _check_depth(body: bytes, data: Any, max_depth: int) -> None:
+    # Counting brackets is a C-speed scan; only bodies that could be that deep are walked.
+    if body.count(b"[") + body.count(b"{") <= max_depth:
+        return
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > max_depth:
+            raise InvalidRequestError(f"JSON nesting is deeper than {max_depth} levels.")
+        if isinstance(node, dict):
+            stack.extend((child, depth + 1) for child in node.values())
+        elif isinstance(node, list):
+            stack.extend((child, depth + 1) for child in node)
+
+
+def _as_invalid_request(exc: ValidationError) -> InvalidRequestError:
+    first = exc.errors(include_url=False)[0]
+    loc = [str(part) for part in first["loc"]]
+    # pydantic appends the union member it tried (e.g. "str", "list[...]"); drop those.
+    path = [part for part in loc if not _is_type_tag(part)]
+    param = ".".join(path) if path else None
+    message = first["msg"]
+    if first["type"] == "missing":
+        message = f"Missing required parameter: '{param}'."
+    elif param:
+        message = f"Invalid value for '{param}': {message}."
+    return InvalidRequestError(message, param=param, code="invalid_value")
+
+
+def _is_type_tag(part: str) -> bool:
+    return (
+        part in {"str", "int", "float", "bool", "none"}
+        or "[" in part
+        or part.startswith("function-")
+    )
+
+
+__all__ = [
+    "ChatCompletionRequest",
+    "ChatMessage",
+    "CompletionRequest",
+    "EndpointKind",
+    "RequestLimits",
+    "StreamOptions",
+    "parse_request",
+]

@@ -1,0 +1,127 @@
+"""Relaying an upstream answer to the client: a whole JSON body, or an SSE stream.
+
+Both paths rewrite only the model name, read token usage on the way, and stamp the
+x-tiergate-* headers. A stream that fails after its first byte ends with an OpenAI-style
+error event: the client always learns that the answer is incomplete.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from gateway.backends.h1client import UpstreamFailure, UpstreamResponse
+from gateway.errors import UpstreamError, error_event
+from gateway.protocol import EndpointKind
+from gateway.proxy.channel import ClientChannel
+from gateway.proxy.rewrite import SSEBuffer, split_usage_event, usage_counts
+from gateway.routing.policy import Decision
+from gateway.stats import RequestRecord
+
+MAX_RESPONSE_BYTES: Final = 64 * 1024 * 1024
+_USAGE_MARKERS: Final = (b'"usage":{', b'"usage": {')
+
+
+def _identity(data: bytes) -> bytes:
+    return data
+
+
+@dataclass(slots=True)
+class Exchange:
+    """One client request on its way through the proxy."""
+
+    kind: EndpointKind
+    request: dict[str, Any]
+    decision: Decision
+    channel: ClientChannel
+    started: float
+    record: RequestRecord
+    upstream_request: dict[str, Any] = field(default_factory=dict)
+    strip_usage: bool = False  # the gateway, not the client, asked upstream for usage
+    waited: float = 0.0  # seconds spent waiting on the upstream
+    tier_name: str = ""
+    rewrite: Callable[[bytes], bytes] = _identity
+
+    def __post_init__(self) -> None:
+        if not self.upstream_request:
+            self.upstream_request = self.request
+
+    def headers(self, content_type: bytes) -> list[tuple[bytes, bytes]]:
+        overhead = time.perf_counter() - self.started - self.waited
+        self.record.overhead_s = overhead
+        probability = self.decision.probability
+        return [
+            (b"content-type", content_type),
+            (b"x-tiergate-tier", self.tier_name.encode()),
+            (b"x-tiergate-p", b"" if probability is None else f"{probability:.4f}".encode()),
+            (b"x-tiergate-overhead-ms", f"{overhead * 1000:.3f}".encode()),
+        ]
+
+
+async def relay_body(exchange: Exchange, response: UpstreamResponse) -> None:
+    asked = time.perf_counter()
+    try:
+        data = await response.read(MAX_RESPONSE_BYTES)
+    except UpstreamFailure as exc:
+        # Nothing reached the client yet: report it as a clean gateway error.
+        raise UpstreamError(f"Upstream failed while answering: {exc}") from None
+    exchange.waited += time.perf_counter() - asked
+    data = exchange.rewrite(data)
+    record = exchange.record
+    if response.status == 200:
+        counts = usage_counts(data)
+        if counts is not None:
+            record.prompt_tokens, record.completion_tokens = counts
+    content_type = response.header(b"content-type") or b"application/json"
+    await exchange.channel.respond(response.status, exchange.headers(content_type), data)
+
+
+async def relay_stream(exchange: Exchange, response: UpstreamResponse) -> None:
+    channel, record, rewrite = exchange.channel, exchange.record, exchange.rewrite
+    headers = exchange.headers(b"text/event-stream; charset=utf-8")
+    headers.append((b"cache-control", b"no-cache"))
+    await channel.start(200, headers)
+    buffer = SSEBuffer()
+    try:
+        async for chunk in response:
+            events = buffer.feed(chunk)
+            if not events:
+                continue
+            if record.ttft_s is None:
+                record.ttft_s = time.perf_counter() - exchange.started
+            if _USAGE_MARKERS[0] in events or _USAGE_MARKERS[1] in events:
+                events = _take_usage(events, exchange.strip_usage, record)
+            if events:
+                await channel.body(rewrite(events), more=True)
+            if channel.disconnected:
+                record.client_disconnected = True
+                response.abort()
+                return
+        tail = buffer.flush()
+        if tail:
+            await channel.body(rewrite(tail), more=True)
+        await channel.body(b"", more=False)
+    except UpstreamFailure as exc:
+        record.error_after_first_byte = True
+        if channel.disconnected:
+            record.client_disconnected = True
+            return
+        failure = UpstreamError(f"The upstream stream failed after the first byte: {exc}")
+        await channel.body(error_event(failure), more=False)
+
+
+def _take_usage(events: bytes, strip_usage: bool, record: RequestRecord) -> bytes:
+    counts = None
+    if strip_usage:
+        events, usage_event = split_usage_event(events)
+        counts = usage_counts(usage_event) if usage_event else None
+    if counts is None:
+        counts = usage_counts(events)
+    if counts is not None:
+        record.prompt_tokens, record.completion_tokens = counts
+    return events
+
+
+__all__ = ["MAX_RESPONSE_BYTES", "Exchange", "relay_body", "relay_stream"]

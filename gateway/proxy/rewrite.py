@@ -1,0 +1,116 @@
+"""Byte-level edits of upstream bodies: the public model name, usage, SSE event framing.
+
+Responses are relayed as bytes. Re-encoding every SSE chunk through a JSON parser would
+cost more than the rest of the hop, so the only edit (the `model` field) is a byte
+replacement. It is safe because inside a JSON string every `"` is escaped, so the byte
+sequence `"model":"<name>"` can only be the object key itself.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import orjson
+
+_USAGE_KEY: Final = b'"usage":'
+_EVENT_END: Final = b"\n\n"
+
+
+class ModelRewriter:
+    """Replaces the served model name with the public one in JSON bytes."""
+
+    __slots__ = ("_pairs",)
+
+    def __init__(self, served: str, public: str) -> None:
+        served_json = orjson.dumps(served)
+        public_json = orjson.dumps(public)
+        self._pairs: tuple[tuple[bytes, bytes], ...] = (
+            ()
+            if served == public
+            else (
+                (b'"model":' + served_json, b'"model":' + public_json),
+                (b'"model": ' + served_json, b'"model": ' + public_json),
+            )
+        )
+
+    def __call__(self, data: bytes) -> bytes:
+        for old, new in self._pairs:
+            if old in data:
+                data = data.replace(old, new)
+        return data
+
+
+def usage_counts(body: bytes) -> tuple[int, int] | None:
+    """(prompt_tokens, completion_tokens) from a response or chunk carrying a usage object."""
+    start = body.rfind(_USAGE_KEY)
+    if start < 0:
+        return None
+    start += len(_USAGE_KEY)
+    # The usage object is short and nests at most a level or two (token details): try each
+    # closing brace in turn and let the C parser decide, instead of scanning bytes in Python.
+    end = start
+    for _ in range(4):
+        end = body.find(b"}", end) + 1
+        if end <= 0:
+            return None
+        try:
+            usage = orjson.loads(body[start:end])
+        except orjson.JSONDecodeError:
+            continue
+        if not isinstance(usage, dict):
+            return None
+        prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+        if isinstance(prompt, int) and isinstance(completion, int):
+            return prompt, completion
+        return None
+    return None
+
+
+class SSEBuffer:
+    """Re-cuts an upstream byte stream at SSE event boundaries.
+
+    TCP reads split events anywhere; every edit here needs whole events. Whole events pass
+    through in one piece, so the common case (one read = one event) costs a suffix check.
+    """
+
+    __slots__ = ("_pending",)
+
+    def __init__(self) -> None:
+        self._pending = b""
+
+    def feed(self, data: bytes) -> bytes:
+        """Complete events available so far (possibly empty); keeps the incomplete tail."""
+        if self._pending:
+            data = self._pending + data
+            self._pending = b""
+        if data.endswith(_EVENT_END):
+            return data
+        cut = data.rfind(_EVENT_END)
+        if cut < 0:
+            self._pending = data
+            return b""
+        self._pending = data[cut + 2 :]
+        return data[: cut + 2]
+
+    def flush(self) -> bytes:
+        data, self._pending = self._pending, b""
+        return data
+
+
+def split_usage_event(events: bytes) -> tuple[bytes, bytes]:
+    """Separates the usage-only event (`"choices":[]` with a usage object) from the rest.
+
+    Used when the gateway itself asked upstream for usage: the client did not, so the event
+    it did not ask for is removed and only the counts are kept.
+    """
+    start = events.find(b'"choices":[]')
+    if start < 0 or _USAGE_KEY + b"{" not in events[start:].replace(b": {", b":{"):
+        return events, b""
+    event_start = events.rfind(_EVENT_END, 0, start)
+    event_start = 0 if event_start < 0 else event_start + 2
+    event_end = events.find(_EVENT_END, start)
+    event_end = len(events) if event_end < 0 else event_end + 2
+    return events[:event_start] + events[event_end:], events[event_start:event_end]
+
+
+__all__ = ["ModelRewriter", "SSEBuffer", "split_usage_event", "usage_counts"]

@@ -1,0 +1,39 @@
+"""The one interface between request handling and routing: request in, decision out.
+
+Handlers and the proxy only ever call `RoutingPolicy.decide`; what stands behind it (the
+calibrated difficulty router, or the placeholder here) is chosen in the composition root.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from gateway.protocol import EndpointKind
+from gateway.tenants.registry import Tenant
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Which ladder tier serves a request, and why."""
+
+    tier: int
+    probability: float | None  # calibrated P(chosen tier adequate); None when not computed
+    reason: str  # "router", "threshold-fallback", "pinned", "uniform-baseline", ...
+
+
+class RoutingPolicy(Protocol):
+    def decide(self, request: Mapping[str, Any], kind: EndpointKind, tenant: Tenant) -> Decision:
+        """Chooses a tier among `tenant.allowed_tiers`; pure, never does I/O."""
+        ...
+
+
+class TopTierPolicy:
+    """Sends everything to the most precise tier the tenant may use (the safe baseline)."""
+
+    def decide(self, request: Mapping[str, Any], kind: EndpointKind, tenant: Tenant) -> Decision:
+        return Decision(tier=tenant.top_tier, probability=None, reason="top-tier")
+
+
+__all__ = ["Decision", "RoutingPolicy", "TopTierPolicy"]

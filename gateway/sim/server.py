@@ -1,0 +1,478 @@
+"""A vLLM-compatible OpenAI server backed by the simulated engine.
+
+Same endpoints as `vllm serve` (/v1/chat/completions, /v1/completions, /v1/models,
+/health, /metrics, /tokenize, /version), the same SSE framing (one event per engine step,
+a usage-only last event when asked, `data: [DONE]`) and vLLM's error shape
+(`{"error": {"message", "type": "BadRequestError", "param", "code": 400}}`).
+Extra: GET/POST /sim/faults and GET /sim/stats for tests and demos.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from gateway.errors import TiergateError
+from gateway.protocol import EndpointKind, RequestLimits, parse_request
+from gateway.sim import textgen, tokenizer
+from gateway.sim.engine import Engine, EngineConfig, Sequence, SequenceGroup
+from gateway.sim.faults import Faults
+from gateway.sim.metrics import SimCollector, exposition
+from gateway.sim.streaming import StreamDropped, StreamWriter, response_id
+
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+
+_VLLM_ERROR_TYPES = {
+    400: "BadRequestError",
+    404: "NotFoundError",
+    413: "BadRequestError",
+    500: "InternalServerError",
+    503: "ServiceUnavailableError",
+}
+
+
+class SimError(Exception):
+    def __init__(self, status: int, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+
+    def body(self) -> bytes:
+        return orjson.dumps(
+            {
+                "error": {
+                    "message": self.message,
+                    "type": _VLLM_ERROR_TYPES.get(self.status, "BadRequestError"),
+                    "param": self.param,
+                    "code": self.status,
+                }
+            }
+        )
+
+
+@dataclass(slots=True)
+class SimStats:
+    requests: int = 0
+    aborted: int = 0
+    errors_injected: int = 0
+    dropped_streams: int = 0
+    rejected_saturated: int = 0
+
+
+@dataclass(slots=True)
+class Prepared:
+    """A validated request turned into engine sequences."""
+
+    request: dict[str, Any]
+    kind: EndpointKind
+    group: SequenceGroup
+    prompt_tokens: int
+    stream: bool
+    include_usage: bool
+    tool_call: dict[str, Any] | None
+
+
+class SimServer:
+    """The ASGI app of one simulated tier."""
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        served_model_name: str,
+        faults: Faults | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.config = config
+        self.served_model_name = served_model_name
+        self.faults = faults or Faults()
+        self.engine = Engine(config)
+        self.collector = SimCollector(self.engine, served_model_name)
+        self.stats = SimStats()
+        self.limits = RequestLimits(
+            max_body_bytes=64 * 1024 * 1024, max_json_depth=512, max_messages=100_000
+        )
+        self._random = random.Random(seed)
+        self._created = int(time.time())
+        self._routes = self._route_table()
+
+    # -- ASGI ------------------------------------------------------------------------------
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        route = self._routes.get((scope["method"], scope["path"]))
+        try:
+            if route is None:
+                raise SimError(404, f"Not Found: {scope['method']} {scope['path']}")
+            await route(receive, send)
+        except SimError as exc:
+            await _respond(send, exc.status, exc.body(), b"application/json")
+
+    def _route_table(self) -> dict[tuple[str, str], Callable[[Receive, Send], Awaitable[None]]]:
+        async def chat(receive: Receive, send: Send) -> None:
+            await self._generate("chat", await _read(receive), receive, send)
+
+        async def completions(receive: Receive, send: Send) -> None:
+            await self._generate("completions", await _read(receive), receive, send)
+
+        async def models(receive: Receive, send: Send) -> None:
+            await _json(send, 200, self._models())
+
+        async def health(receive: Receive, send: Send) -> None:
+            await _respond(send, 200, b"", b"text/plain")
+
+        async def version(receive: Receive, send: Send) -> None:
+            await _json(send, 200, {"version": "tiergate-sim"})
+
+        async def metrics(receive: Receive, send: Send) -> None:
+            await _respond(send, 200, exposition(self.collector), b"text/plain; version=0.0.4")
+
+        async def tokenize(receive: Receive, send: Send) -> None:
+            await _json(send, 200, self._tokenize(await _read(receive)))
+
+        async def get_faults(receive: Receive, send: Send) -> None:
+            await _json(send, 200, self.faults.model_dump())
+
+        async def set_faults(receive: Receive, send: Send) -> None:
+            self._update_faults(await _read(receive))
+            await _json(send, 200, self.faults.model_dump())
+
+        async def stats(receive: Receive, send: Send) -> None:
+            await _json(send, 200, self._stats())
+
+        return {
+            ("POST", "/v1/chat/completions"): chat,
+            ("POST", "/v1/completions"): completions,
+            ("GET", "/v1/models"): models,
+            ("GET", "/health"): health,
+            ("GET", "/version"): version,
+            ("GET", "/metrics"): metrics,
+            ("POST", "/tokenize"): tokenize,
+            ("GET", "/sim/faults"): get_faults,
+            ("POST", "/sim/faults"): set_faults,
+            ("GET", "/sim/stats"): stats,
+        }
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                self.engine.start()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.engine.stop()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    # -- generation ------------------------------------------------------------------------
+    async def _generate(
+        self, kind: EndpointKind, body: bytes, receive: Receive, send: Send
+    ) -> None:
+        self.stats.requests += 1
+        prepared = self._prepare(kind, body)
+        faults = self.faults
+        if faults.error_rate and self._random.random() < faults.error_rate:
+            self.stats.errors_injected += 1
+            raise SimError(500, "Injected fault: internal server error.")
+        if faults.max_waiting is not None and self.engine.num_waiting >= faults.max_waiting:
+            self.stats.rejected_saturated += 1
+            raise SimError(503, "The server is saturated; try again later.")
+        if faults.added_latency_s:
+            await asyncio.sleep(faults.added_latency_s)
+        group = prepared.group
+        arrival = time.perf_counter()
+        self.engine.submit(group)
+        watcher = asyncio.get_running_loop().create_task(self._watch(receive, group))
+        try:
+            if prepared.stream:
+                await self._stream(prepared, send)
+            else:
+                while not group.done:
+                    group.waiter.clear()
+                    await group.waiter.wait()
+                await _json(send, 200, self._full_response(prepared))
+        finally:
+            watcher.cancel()
+        self.collector.e2e.observe(time.perf_counter() - arrival)
+        first = min((s.first_token_at for s in group.sequences if s.first_token_at), default=None)
+        if first is not None:
+            self.collector.ttft.observe(max(0.0, first - group.sequences[0].arrival))
+
+    async def _watch(self, receive: Receive, group: SequenceGroup) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        if not group.done:
+            self.stats.aborted += 1
+            self.engine.abort(group)
+            group.waiter.set()
+
+    def _prepare(self, kind: EndpointKind, body: bytes) -> Prepared:
+        try:
+            request = parse_request(kind, body, self.limits)
+        except TiergateError as exc:
+            raise SimError(exc.status, exc.message, exc.param) from None
+        except ValidationError as exc:  # pragma: no cover - parse_request maps these
+            raise SimError(400, str(exc)) from None
+        if request["model"] != self.served_model_name:
+            raise SimError(404, f"The model `{request['model']}` does not exist.", "model")
+        if kind == "chat":
+            messages = request["messages"]
+            text = "\n".join(tokenizer.content_text(m.get("content")) for m in messages)
+            rendered = tokenizer.chat_prompt(messages)
+        else:
+            prompt = request["prompt"]
+            text = rendered = prompt if isinstance(prompt, str) else " ".join(map(str, prompt))
+        prompt_ids = tokenizer.encode(rendered)
+        text_pieces = tokenizer.pieces(text)
+        if len(prompt_ids) >= self.config.max_model_len:
+            raise SimError(
+                400,
+                f"This model's maximum context length is {self.config.max_model_len} tokens. "
+                f"However, your request has {len(prompt_ids)} input tokens.",
+            )
+        max_tokens = request.get("max_completion_tokens") or request.get("max_tokens")
+        budget = self.config.max_model_len - len(prompt_ids)
+        if max_tokens is not None and max_tokens > budget:
+            raise SimError(
+                400,
+                f"'max_tokens' is too large: {max_tokens}. This model's maximum context length "
+                f"is {self.config.max_model_len} tokens and your request has "
+                f"{len(prompt_ids)} input tokens.",
+                "max_tokens",
+            )
+        limit = max_tokens if max_tokens is not None else budget
+        tool_call = self._tool_call(request) if kind == "chat" else None
+        stops = request.get("stop")
+        stop_set = {stops} if isinstance(stops, str) else set(stops or ())
+        sequences = []
+        for choice in range(request.get("n") or 1):
+            pieces = textgen.answer(
+                text,
+                text_pieces,
+                self.config.precision,
+                request_seed=request.get("seed"),
+                choice=choice,
+                length=limit if request.get("ignore_eos") else None,
+            )
+            if tool_call is not None:
+                pieces = tokenizer.pieces(tool_call["function"]["arguments"])
+            reason = "tool_calls" if tool_call is not None else "stop"
+            for index, piece in enumerate(pieces):
+                if piece in stop_set:
+                    pieces = pieces[:index]
+                    break
+            if len(pieces) > limit:
+                pieces, reason = pieces[:limit], "length"
+            sequences.append(Sequence(prompt_ids=prompt_ids, answer=pieces, finish_reason=reason))
+        stream = request.get("stream") is True
+        options = request.get("stream_options") or {}
+        return Prepared(
+            request=request,
+            kind=kind,
+            group=SequenceGroup(sequences),
+            prompt_tokens=len(prompt_ids),
+            stream=stream,
+            include_usage=bool(options.get("include_usage")),
+            tool_call=tool_call,
+        )
+
+    @staticmethod
+    def _tool_call(request: dict[str, Any]) -> dict[str, Any] | None:
+        """Calls the first tool when tools are offered and the user spoke last."""
+        tools = request.get("tools") or []
+        choice = request.get("tool_choice")
+        last = request["messages"][-1]
+        if not tools or choice == "none" or last.get("role") != "user":
+            return None
+        function = tools[0].get("function", {}) if isinstance(tools[0], dict) else {}
+        words = tokenizer.content_text(last.get("content")).split()[:6]
+        return {
+            "id": f"chatcmpl-tool-{uuid.uuid4().hex[:16]}",
+            "type": "function",
+            "function": {
+                "name": str(function.get("name", "tool")),
+                "arguments": orjson.dumps({"query": " ".join(words)}).decode(),
+            },
+        }
+
+    def _usage(self, prepared: Prepared) -> dict[str, Any]:
+        completion = sum(seq.emitted for seq in prepared.group.sequences)
+        return {
+            "prompt_tokens": prepared.prompt_tokens,
+            "total_tokens": prepared.prompt_tokens + completion,
+            "completion_tokens": completion,
+            "prompt_tokens_details": None,
+        }
+
+    def _full_response(self, prepared: Prepared) -> dict[str, Any]:
+        choices: list[dict[str, Any]] = []
+        for index, seq in enumerate(prepared.group.sequences):
+            text = textgen.detokenize(seq.answer[: seq.emitted])
+            if prepared.kind == "completions":
+                choices.append(
+                    {
+                        "index": index,
+                        "text": text,
+                        "logprobs": None,
+                        "finish_reason": seq.finish_reason,
+                        "stop_reason": None,
+                    }
+                )
+                continue
+            message: dict[str, Any] = {"role": "assistant", "content": text, "tool_calls": []}
+            if prepared.tool_call is not None:
+                message["content"] = None
+                message["tool_calls"] = [prepared.tool_call]
+            choices.append(
+                {
+                    "index": index,
+                    "message": message,
+                    "logprobs": None,
+                    "finish_reason": seq.finish_reason,
+                    "stop_reason": None,
+                }
+            )
+        return {
+            "id": response_id(prepared.kind),
+            "object": "chat.completion" if prepared.kind == "chat" else "text_completion",
+            "created": int(time.time()),
+            "model": self.served_model_name,
+            "choices": choices,
+            "usage": self._usage(prepared),
+        }
+
+    async def _stream(self, prepared: Prepared, send: Send) -> None:
+        faults = self.faults
+        drop = faults.drop_mid_stream and self._random.random() < faults.drop_mid_stream
+        writer = StreamWriter(
+            send,
+            prepared.kind,
+            self.served_model_name,
+            prepared.tool_call,
+            faults.drop_after_chunks if drop else None,
+        )
+        group = prepared.group
+        try:
+            await writer.start(len(group.sequences))
+            announced = [False] * len(group.sequences)
+            while True:
+                group.waiter.clear()
+                choices = []
+                for index, seq in enumerate(group.sequences):
+                    entry = writer.choice_for(index, seq, first=not announced[index])
+                    if entry is not None:
+                        announced[index] = True
+                        choices.append(entry)
+                if any(seq.aborted for seq in group.sequences):
+                    return
+                if choices:
+                    await writer.emit(choices)
+                if group.done and all(seq.taken == seq.emitted for seq in group.sequences):
+                    break
+                await group.waiter.wait()
+            if prepared.include_usage:
+                await writer.emit([], self._usage(prepared))
+            await writer.done()
+        except StreamDropped:
+            self.stats.dropped_streams += 1
+            self.engine.abort(group)
+            raise
+
+    # -- other endpoints -------------------------------------------------------------------
+    def _models(self) -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": self.served_model_name,
+                    "object": "model",
+                    "created": self._created,
+                    "owned_by": "vllm",
+                    "root": self.served_model_name,
+                    "max_model_len": self.config.max_model_len,
+                }
+            ],
+        }
+
+    def _tokenize(self, body: bytes) -> dict[str, Any]:
+        try:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            raise SimError(400, "Request body is not valid JSON.") from None
+        if not isinstance(data, dict):
+            raise SimError(400, "Request body must be a JSON object.")
+        if isinstance(data.get("messages"), list):
+            text = tokenizer.chat_prompt(data["messages"])
+        elif isinstance(data.get("prompt"), str):
+            text = data["prompt"]
+        else:
+            raise SimError(400, "Send either 'prompt' (a string) or 'messages'.", "prompt")
+        tokens = tokenizer.encode(text)
+        return {"count": len(tokens), "max_model_len": self.config.max_model_len, "tokens": tokens}
+
+    def _update_faults(self, body: bytes) -> None:
+        try:
+            changes = orjson.loads(body or b"{}")
+            merged = {**self.faults.model_dump(), **changes}
+            self.faults = Faults.model_validate(merged)
+        except (orjson.JSONDecodeError, ValidationError, TypeError) as exc:
+            raise SimError(400, f"Invalid faults: {exc}") from None
+
+    def _stats(self) -> dict[str, Any]:
+        counters = self.engine.counters
+        return {
+            "requests": self.stats.requests,
+            "aborted": self.stats.aborted,
+            "errors_injected": self.stats.errors_injected,
+            "dropped_streams": self.stats.dropped_streams,
+            "rejected_saturated": self.stats.rejected_saturated,
+            "running": self.engine.num_running,
+            "waiting": self.engine.num_waiting,
+            "generation_tokens": counters.generation_tokens,
+            "finished": dict(counters.finished),
+            "precision": self.config.precision,
+        }
+
+
+async def _read(receive: Receive) -> bytes:
+    parts: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return b"".join(parts)
+        parts.append(message.get("body", b""))
+        if not message.get("more_body"):
+            return b"".join(parts)
+
+
+async def _respond(send: Send, status: int, body: bytes, content_type: bytes) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", content_type),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _json(send: Send, status: int, data: Any) -> None:
+    await _respond(send, status, orjson.dumps(data), b"application/json")
+
+
+__all__ = ["SimServer", "StreamDropped"]

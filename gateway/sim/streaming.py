@@ -1,0 +1,109 @@
+"""SSE framing of a simulated answer, event for event as vLLM frames it."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+
+from gateway.protocol import EndpointKind
+from gateway.sim import textgen
+from gateway.sim.engine import Sequence
+
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class StreamDropped(Exception):
+    """Raised inside a stream to cut the connection (fault injection)."""
+
+
+def response_id(kind: EndpointKind) -> str:
+    return ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex
+
+
+def chat_delta(index: int, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
+
+
+def text_choice(index: int, text: str, finish: str | None = None) -> dict[str, Any]:
+    return {"index": index, "text": text, "logprobs": None, "finish_reason": finish}
+
+
+class StreamWriter:
+    """Writes the events of one streamed response; `drop_after` cuts it (a fault)."""
+
+    def __init__(
+        self,
+        send: Send,
+        kind: EndpointKind,
+        model: str,
+        tool_call: dict[str, Any] | None,
+        drop_after: int | None,
+    ) -> None:
+        self._send = send
+        self.chat = kind == "chat"
+        self.tool_call = tool_call
+        self.drop_after = drop_after
+        self.events = 0
+        self._head = {
+            "id": response_id(kind),
+            "object": "chat.completion.chunk" if self.chat else "text_completion",
+            "created": int(time.time()),
+            "model": model,
+        }
+
+    async def start(self, choices: int) -> None:
+        await self._send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/event-stream; charset=utf-8")],
+            }
+        )
+        if self.chat:
+            role = {"role": "assistant", "content": ""}
+            await self.emit([chat_delta(i, role) for i in range(choices)])
+
+    async def emit(
+        self, choices: list[dict[str, Any]], usage: dict[str, Any] | None = None
+    ) -> None:
+        if self.drop_after is not None and self.events >= self.drop_after:
+            raise StreamDropped("injected fault: stream dropped")
+        chunk: dict[str, Any] = {**self._head, "choices": choices}
+        if usage is not None:
+            chunk["usage"] = usage
+        data = b"data: " + orjson.dumps(chunk) + b"\n\n"
+        await self._send({"type": "http.response.body", "body": data, "more_body": True})
+        self.events += 1
+
+    async def done(self) -> None:
+        await self._send(
+            {"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False}
+        )
+
+    def choice_for(self, index: int, seq: Sequence, first: bool) -> dict[str, Any] | None:
+        """The event entry for what `seq` produced since the last event, if anything."""
+        pieces = seq.take()
+        entry: dict[str, Any] | None = None
+        if pieces:
+            text = ("" if first else " ") + textgen.detokenize(pieces)
+            if self.chat and self.tool_call is not None:
+                # vLLM's tool parsers emit a call once it is complete enough; the simulator
+                # sends it whole with the first generated tokens.
+                if first:
+                    entry = chat_delta(index, {"tool_calls": [{"index": 0, **self.tool_call}]})
+            elif self.chat:
+                entry = chat_delta(index, {"content": text})
+            else:
+                entry = text_choice(index, text)
+        if seq.done and not seq.aborted:
+            if entry is None:
+                entry = chat_delta(index, {}) if self.chat else text_choice(index, "")
+            entry["finish_reason"] = seq.finish_reason
+        return entry
+
+
+__all__ = ["StreamDropped", "StreamWriter", "chat_delta", "response_id", "text_choice"]

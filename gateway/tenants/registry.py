@@ -1,0 +1,122 @@
+"""Tenants at run time: who a key belongs to and what that tenant may do.
+
+Keys are kept only as SHA-256 digests; a presented key is hashed and looked up, so the
+plaintext never sits in memory longer than the request that carried it, and is never logged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from gateway.config import Settings, TenantSettings, tenant_keys
+from gateway.errors import AuthenticationError
+
+_HASH_PREFIX = "sha256:"
+
+
+def hash_key(key: str) -> str:
+    """The stored form of an API key: `sha256:<hex>`."""
+    return _HASH_PREFIX + hashlib.sha256(key.encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    """A tenant's resolved policy; tier references are indices into the ladder."""
+
+    name: str
+    allowed_tiers: tuple[int, ...]  # ascending: cheapest first
+    allow_pinning: bool
+    thresholds: tuple[float, ...] | None  # per ladder tier but the top; None: router default
+    alpha: float | None
+    settings: TenantSettings
+
+    @property
+    def top_tier(self) -> int:
+        return self.allowed_tiers[-1]
+
+    def allows(self, tier: int) -> bool:
+        return tier in self.allowed_tiers
+
+
+def build_tenant(tenant: TenantSettings, settings: Settings) -> Tenant:
+    names = [tier.name for tier in settings.tiers]
+    allowed = (
+        tuple(range(len(names)))
+        if tenant.allowed_tiers is None
+        else tuple(sorted(names.index(name) for name in tenant.allowed_tiers))
+    )
+    thresholds = None
+    if tenant.thresholds is not None:
+        default = settings.router.default_threshold
+        thresholds = tuple(tenant.thresholds.get(name, default) for name in names[:-1])
+    return Tenant(
+        name=tenant.name,
+        allowed_tiers=allowed,
+        allow_pinning=tenant.allow_pinning,
+        thresholds=thresholds,
+        alpha=tenant.alpha,
+        settings=tenant,
+    )
+
+
+class TenantRegistry:
+    """Maps presented API keys to tenants."""
+
+    def __init__(self, settings: Settings, environ: Mapping[str, str] | None = None) -> None:
+        # Bucketed by a digest prefix; the full digest is then compared in constant time.
+        self._by_prefix: dict[bytes, list[tuple[bytes, Tenant]]] = {}
+        self.tenants: dict[str, Tenant] = {}
+        for tenant_settings in settings.tenants:
+            tenant = build_tenant(tenant_settings, settings)
+            self.tenants[tenant.name] = tenant
+            for key in tenant_keys(tenant_settings, environ):
+                digest = _digest_of_configured(key)
+                owner = self._lookup(digest)
+                if owner is not None and owner.name != tenant.name:
+                    raise ValueError(
+                        f"an API key is configured for both {owner.name!r} and {tenant.name!r}"
+                    )
+                self._by_prefix.setdefault(digest[:8], []).append((digest, tenant))
+
+    @property
+    def names(self) -> Sequence[str]:
+        return list(self.tenants)
+
+    def authenticate(self, authorization: bytes | None) -> Tenant:
+        """Resolves an `Authorization: Bearer <key>` header value; raises 401 otherwise."""
+        if not authorization:
+            raise AuthenticationError(
+                "Missing API key: send it as 'Authorization: Bearer <key>'.",
+                code="missing_api_key",
+            )
+        scheme, _, key = authorization.partition(b" ")
+        if scheme.lower() != b"bearer" or not key.strip():
+            raise AuthenticationError("Malformed Authorization header; expected 'Bearer <key>'.")
+        tenant = self._lookup(hashlib.sha256(key.strip()).digest())
+        if tenant is None:
+            raise AuthenticationError("Incorrect API key provided.")
+        return tenant
+
+    def _lookup(self, digest: bytes) -> Tenant | None:
+        # The bucket lookup can only leak a prefix of SHA-256(key), which says nothing
+        # usable about the key; the full comparison is constant-time.
+        found = None
+        for known, tenant in self._by_prefix.get(digest[:8], ()):
+            if hmac.compare_digest(known, digest):
+                found = tenant
+        return found
+
+
+def _digest_of_configured(key: str) -> bytes:
+    if key.startswith(_HASH_PREFIX):
+        hexdigest = key[len(_HASH_PREFIX) :]
+        if len(hexdigest) != 64:
+            raise ValueError("a hashed API key must be 'sha256:' followed by 64 hex digits")
+        return bytes.fromhex(hexdigest)
+    return hashlib.sha256(key.encode()).digest()
+
+
+__all__ = ["Tenant", "TenantRegistry", "build_tenant", "hash_key"]
