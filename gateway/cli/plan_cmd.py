@@ -1,7 +1,426 @@
-"""Placeholder: filled in by its issue."""
+"""`tiergate plan`: per-tier precision, speculation and prefix-caching recommendations.
+
+`tiergate plan breakeven --json` prints the paper's breakeven table. `tiergate plan` takes the
+regime from exactly one of `--regime C=..,rho=..,r=..`, `--trace FILE` or `--from-gateway URL`
+and prints the plan; `--write DIR` also writes the vLLM arguments per tier as a deploy overlay.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Final
+
 import typer
 
-app = typer.Typer(no_args_is_help=True)
+if TYPE_CHECKING:
+    from gateway.planner.params import Settings
+    from gateway.planner.planner import Regime, TierConfig, TierPlan
+    from gateway.precision import Precision
+
+__all__ = [
+    "GatewayError",
+    "app",
+    "fetch_gateway_regime",
+    "parse_regime",
+    "tier_regimes_from_gateway",
+]
+
+app = typer.Typer(
+    invoke_without_command=True,
+    no_args_is_help=False,
+    help="Recommend precision, n-gram speculation and prefix caching per tier.",
+)
+
+ADMIN_TOKEN_ENV: Final = "TIERGATE_ADMIN_TOKEN"
+_REGIME_KEYS: Final[dict[str, str]] = {
+    "c": "concurrency",
+    "concurrency": "concurrency",
+    "rho": "rho",
+    "r": "r",
+    "l_in": "l_in",
+    "lin": "l_in",
+    "l_out": "l_out",
+    "lout": "l_out",
+}
+
+
+class GatewayError(RuntimeError):
+    """The gateway could not be reached or answered something unusable."""
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(2)
+
+
+def _precision(name: str) -> Precision:
+    from gateway.precision import PRECISIONS
+
+    value = name.strip().lower()
+    if value not in PRECISIONS:
+        raise ValueError(f"unknown precision {name!r}; known: {', '.join(PRECISIONS)}")
+    return value
+
+
+def parse_regime(text: str) -> Regime:
+    """`C=256,rho=0.3,r=0.3[,L_in=2048,L_out=512]` -> Regime."""
+    from gateway.planner.planner import Regime
+
+    values: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, raw = part.partition("=")
+        name = _REGIME_KEYS.get(key.strip().lower())
+        if not sep or name is None:
+            raise ValueError(f"bad regime item {part!r}; expected C=..,rho=..,r=..")
+        values[name] = float(raw)
+    missing = {"concurrency", "rho", "r"} - values.keys()
+    if missing:
+        raise ValueError(f"regime lacks {', '.join(sorted(missing))}")
+    return Regime(**values)
+
+
+def fetch_gateway_regime(url: str, token: str | None, timeout_s: float = 10.0) -> dict[str, Any]:
+    """GET `url/admin/regime` with the admin bearer token."""
+    import urllib.error
+    import urllib.request
+
+    target = url.rstrip("/") + "/admin/regime"
+    request = urllib.request.Request(target, headers={"Accept": "application/json"})
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            body = response.read()
+    except urllib.error.HTTPError as exc:
+        raise GatewayError(f"{target} answered HTTP {exc.code} {exc.reason}") from exc
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise GatewayError(f"cannot reach {target}: {exc}") from exc
+    try:
+        doc = json.loads(body)
+    except ValueError as exc:
+        raise GatewayError(f"{target} did not return JSON") from exc
+    if not isinstance(doc, dict) or not isinstance(doc.get("tiers"), dict):
+        raise GatewayError(f"{target} returned no 'tiers' mapping")
+    return doc
+
+
+def _first(*values: Any) -> float | None:
+    for v in values:
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            return float(v)
+    return None
+
+
+def tier_regimes_from_gateway(
+    doc: dict[str, Any],
+) -> dict[str, tuple[Precision | None, Regime | None, str]]:
+    """Per tier: its precision, the regime to plan for (None without traffic) and where rho
+    and r came from. rho prefers the engine counters (exact, APC on), then the LRU replay;
+    r prefers the live spec-decode counters (speculation on), then the replayed r_iid."""
+    from gateway.planner.planner import Regime
+
+    out: dict[str, tuple[Precision | None, Regime | None, str]] = {}
+    for name, tier in doc["tiers"].items():
+        if not isinstance(tier, dict):
+            continue
+        raw_precision = tier.get("precision")
+        precision = _precision(raw_precision) if isinstance(raw_precision, str) else None
+        conc = tier.get("concurrency") or {}
+        rho = tier.get("rho") or {}
+        r = tier.get("r") or {}
+        lengths = tier.get("lengths") or {}
+        c = _first(conc.get("mean"))
+        if c is None or c <= 0:
+            out[str(name)] = (precision, None, "no traffic in the window")
+            continue
+        rho_v = _first(rho.get("engine"), rho.get("lru"), rho.get("unbounded"))
+        r_v = _first(r.get("r_engine"), r.get("r_iid"))
+        source = (
+            f"rho from {'engine' if _first(rho.get('engine')) is not None else 'replay'}"
+            f" ({'none: 0' if rho_v is None else f'{rho_v:.3f}'}), r from "
+            f"{'engine' if _first(r.get('r_engine')) is not None else 'replay'}"
+            f" ({'none: 0' if r_v is None else f'{r_v:.3f}'})"
+        )
+        out[str(name)] = (
+            precision,
+            Regime(
+                concurrency=c,
+                rho=min(max(rho_v or 0.0, 0.0), 1.0),
+                r=min(max(r_v or 0.0, 0.0), 1.0),
+                l_in=_first(lengths.get("l_in")),
+                l_out=_first(lengths.get("l_out")),
+            ),
+            source,
+        )
+    return out
+
+
+def _settings(params: Path | None, hardware: str | None, model: str | None) -> Settings:
+    from gateway.planner.params import settings_from_mapping
+    from gateway.planner.presets import hardware_preset, model_preset
+
+    data: dict[str, Any] = {}
+    if params is not None:
+        import yaml
+
+        loaded = yaml.safe_load(params.read_text(encoding="utf-8"))
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ValueError(f"{params} is not a YAML mapping")
+        data = dict(loaded or {})
+    settings = settings_from_mapping(data)
+    update: dict[str, Any] = {}
+    if hardware is not None:
+        update["hardware"] = hardware_preset(hardware)
+    if model is not None:
+        update["model"] = model_preset(model)
+    return settings.model_copy(update=update) if update else settings
+
+
+def _trace_regime(
+    trace: Path, settings: Settings, candidates: list[Precision], concurrency: float | None
+) -> tuple[Regime, str]:
+    from gateway.cli.regime_cmd import compute_trace_regime
+    from gateway.planner.costmodel import CostModel
+    from gateway.planner.planner import Regime
+
+    # The LRU bound is the KV capacity of the highest-byte candidate, the smallest cache:
+    # a conservative rho for every tier.
+    model = CostModel.from_settings(settings)
+    biggest = max(candidates, key=model.bytes_per_param)
+    capacity_tokens = model.kv_capacity_tokens(biggest)
+    doc = compute_trace_regime(trace, capacity_tokens=capacity_tokens)
+    c = concurrency if concurrency is not None else doc["concurrency"].get("mean")
+    if c is None:
+        raise ValueError(f"{trace} has no timing ({doc['format']}); pass --concurrency")
+    rho = doc["rho"].get("lru")
+    r = (doc.get("r") or {}).get("r_iid")
+    source = (
+        f"trace {trace.name} ({doc['format']}): C mean {c:.2f}, "
+        f"rho {'n/a: 0' if rho is None else f'lru {rho:.3f} at {biggest} capacity'}, "
+        f"r {'n/a: 0' if r is None else f'r_iid {r:.3f}'}"
+    )
+    lengths = doc["lengths"]
+    regime = Regime(
+        concurrency=float(c),
+        rho=float(rho or 0.0),
+        r=float(r or 0.0),
+        l_in=lengths.get("l_in") if doc["format"] != "chat" else None,
+        l_out=lengths.get("l_out") if doc["format"] != "chat" else None,
+    )
+    return regime, source
+
+
+def _current(text: str | None) -> TierConfig | None:
+    """`nvfp4,s=1,k=0` -> TierConfig."""
+    from gateway.planner.planner import TierConfig
+
+    if text is None:
+        return None
+    head, *rest = [p.strip() for p in text.split(",")]
+    flags = {k.strip().lower(): v.strip() for k, _, v in (p.partition("=") for p in rest)}
+    return TierConfig(
+        precision=_precision(head),
+        speculative=flags.get("s", "0") in {"1", "true", "on"},
+        prefix_caching=flags.get("k", "0") in {"1", "true", "on"},
+    )
+
+
+def _plan_doc(name: str, regime: Regime, plan: TierPlan, source: str) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return {**plan.to_dict(), "regime": asdict(regime), "regime_source": source, "tier": name}
+
+
+def _write_overlay(directory: Path, tiers: dict[str, dict[str, Any]]) -> list[Path]:
+    import yaml
+
+    from gateway.planner.vllm_args import serve_command
+
+    directory.mkdir(parents=True, exist_ok=True)
+    overlay = {
+        "tiers": {
+            name: {
+                "precision": doc["precision"],
+                "speculative": doc["speculative"],
+                "prefix_caching": doc["prefix_caching"],
+                "vllm_args": doc["vllm_args"],
+                "command": serve_command(doc["vllm_args"]),
+            }
+            for name, doc in tiers.items()
+        }
+    }
+    written = [directory / "overlay.yaml"]
+    header = "# Written by `tiergate plan --write`: recommended `vllm serve` args per tier.\n"
+    written[0].write_text(header + yaml.safe_dump(overlay, sort_keys=False), encoding="utf-8")
+    for name, doc in tiers.items():
+        path = directory / f"{name}.args.json"
+        path.write_text(json.dumps(doc["vllm_args"], indent=1) + "\n", encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def _print_plans(settings: Settings, tiers: dict[str, dict[str, Any]]) -> None:
+    from rich.console import Console
+
+    from gateway.planner.vllm_args import serve_command
+
+    console = Console()
+    console.print(f"[bold]{settings.model.name} on {settings.hardware.name}[/bold]")
+    for name, doc in tiers.items():
+        console.print(
+            f"\n[bold]{name}[/bold]: {doc['precision']}  speculation "
+            f"{'on' if doc['speculative'] else 'off'}  prefix caching "
+            f"{'on' if doc['prefix_caching'] else 'off'}  "
+            f"CPT {doc['expected_cpt'] * 1e6:.3f} GPU-us/token"
+        )
+        console.print(f"  regime: {doc['regime_source']}", highlight=False)
+        for reason in doc["reasons"]:
+            console.print(f"  - {reason}", highlight=False)
+        console.print(f"  {serve_command(doc['vllm_args'])}", highlight=False, soft_wrap=True)
+
+
+def _gateway_plans(
+    url: str,
+    settings: Settings,
+    *,
+    candidates: list[Precision],
+    current: TierConfig | None,
+    q_min: float | None,
+    reselect: bool,
+) -> dict[str, dict[str, Any]]:
+    from gateway.planner.planner import plan_tier
+
+    doc = fetch_gateway_regime(url, os.environ.get(ADMIN_TOKEN_ENV))
+    tiers: dict[str, dict[str, Any]] = {}
+    for name, (precision, reg, source) in tier_regimes_from_gateway(doc).items():
+        if reg is None:
+            typer.echo(f"note: tier {name}: {source}; skipped", err=True)
+            continue
+        if precision is not None and not reselect:
+            # A tier's precision is fixed by the routing ladder: only its toggles are planned,
+            # so the quality floor (a precision filter) does not apply.
+            result = plan_tier(reg, settings, [precision], current, q_min=0.0)
+        else:
+            result = plan_tier(reg, settings, candidates, current, q_min=q_min)
+        tiers[name] = _plan_doc(name, reg, result, source)
+    return tiers
+
+
+@app.callback()
+def plan(
+    ctx: typer.Context,
+    *,
+    regime: Annotated[str | None, typer.Option(help="C=..,rho=..,r=..[,L_in=..,L_out=..]")] = None,
+    trace: Annotated[
+        Path | None, typer.Option(help="plan from a trace file (see `tiergate regime`)")
+    ] = None,
+    from_gateway: Annotated[
+        str | None, typer.Option(help=f"gateway URL; GET /admin/regime with ${ADMIN_TOKEN_ENV}")
+    ] = None,
+    hardware: Annotated[str | None, typer.Option(help="h200 | b200 (default b200)")] = None,
+    model: Annotated[str | None, typer.Option(help="qwen3-30b-a3b | qwen3-coder-30b-a3b")] = None,
+    params: Annotated[Path | None, typer.Option(help="YAML overrides (planner settings)")] = None,
+    candidates: Annotated[
+        str | None, typer.Option(help="comma-separated precisions (default bf16,fp8,w4a16,nvfp4)")
+    ] = None,
+    q_min: Annotated[float | None, typer.Option(help="quality floor Q_min")] = None,
+    current: Annotated[
+        str | None, typer.Option(help="what the tier runs now, e.g. fp16,s=1,k=0")
+    ] = None,
+    concurrency: Annotated[float | None, typer.Option(help="C for traces without timing")] = None,
+    reselect_precision: Annotated[
+        bool,
+        typer.Option(help="with --from-gateway: also re-choose each tier's precision"),
+    ] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    write: Annotated[Path | None, typer.Option(help="write a deploy overlay here")] = None,
+) -> None:
+    """Plan one tier from a regime or a trace, or every tier of a running gateway."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from gateway.planner.planner import DEFAULT_CANDIDATES, PlanningError, plan_tier
+
+    sources = [x for x in (regime, trace, from_gateway) if x is not None]
+    if len(sources) != 1:
+        raise _fail("give exactly one of --regime, --trace, --from-gateway")
+    try:
+        settings = _settings(params, hardware, model)
+        cands = (
+            [_precision(c) for c in candidates.split(",") if c.strip()]
+            if candidates
+            else list(DEFAULT_CANDIDATES)
+        )
+        cur = _current(current)
+        if from_gateway is not None:
+            tiers = _gateway_plans(
+                from_gateway,
+                settings,
+                candidates=cands,
+                current=cur,
+                q_min=q_min,
+                reselect=reselect_precision,
+            )
+        else:
+            if regime is not None:
+                reg, source = parse_regime(regime), "given"
+            else:
+                assert trace is not None
+                reg, source = _trace_regime(trace, settings, cands, concurrency)
+            result = plan_tier(reg, settings, cands, cur, q_min=q_min)
+            tiers = {"default": _plan_doc("default", reg, result, source)}
+    except GatewayError as exc:
+        raise _fail(str(exc)) from exc
+    except (PlanningError, KeyError, ValueError, OSError) as exc:
+        raise _fail(str(exc)) from exc
+
+    if write is not None:
+        for path in _write_overlay(write, tiers):
+            typer.echo(f"wrote {path}", err=True)
+    if json_out:
+        out = {"hardware": settings.hardware.name, "model": settings.model.name, "tiers": tiers}
+        typer.echo(json.dumps(out))
+    else:
+        _print_plans(settings, tiers)
+
+
+@app.command("breakeven")
+def breakeven(
+    *,
+    json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    hardware: Annotated[str | None, typer.Option(help="h200 | b200 (default b200)")] = None,
+    model: Annotated[str | None, typer.Option(help="model preset")] = None,
+    params: Annotated[Path | None, typer.Option(help="YAML overrides")] = None,
+    concurrency: Annotated[
+        str, typer.Option(help="comma-separated C (= B_eff below the knees)")
+    ] = "32,256",
+    digits: Annotated[int, typer.Option(help="decimals")] = 4,
+) -> None:
+    """The breakeven table of COST_MODEL.md a.3: rho*, r*, precision ratio, knees."""
+    from gateway.planner.breakeven import breakeven_table
+    from gateway.planner.costmodel import CostModel
+
+    try:
+        settings = _settings(params, hardware, model)
+        points = [int(c) for c in concurrency.split(",") if c.strip()]
+    except (KeyError, ValueError, OSError) as exc:
+        raise _fail(str(exc)) from exc
+    table = breakeven_table(CostModel.from_settings(settings), points, digits=digits)
+    if json_out:
+        typer.echo(json.dumps(table))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    grid = Table(title=f"breakevens, {settings.model.name} on {settings.hardware.name}")
+    grid.add_column("precision")
+    grid.add_column("knee K")
+    for c in points:
+        grid.add_column(f"r* C={c}")
+    for p, row in table["r_star"].items():
+        grid.add_row(p, str(table["knees"][p]), *(str(row[str(c)]) for c in points))
+    console = Console()
+    console.print(grid)
+    console.print(f"rho* by B_eff: {table['rho_star']}")
+    console.print(f"precision ratio nvfp4/fp16: {table['precision_ratio']}")
