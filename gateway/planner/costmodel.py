@@ -212,15 +212,20 @@ class CostModel:
 
     # -- prefill and prefix caching (a.2 items 7, 9, 11) ---------------------------------
 
-    def _prefill_speedup(self, p: Precision) -> float:
-        # phi(p): FP8 and NVFP4 tensor cores where the hardware has them (a.2 item 7).
-        if not self.params.extensions.prefill_speedup:
-            return 1.0
+    def compute_speedup(self, p: Precision) -> float:
+        """phi(p): tensor-core speed-up over BF16 where the hardware computes in p natively
+        (FP8 2x from SM89, NVFP4 4x from SM100); 1 for weight-only formats."""
         if p == "fp8" and self.hardware.native_fp8:
             return 2.0
         if p == "nvfp4" and self.hardware.native_fp4:
             return 4.0
         return 1.0
+
+    def _prefill_speedup(self, p: Precision) -> float:
+        # a.2 item 7: only with the extension on; P0 keeps c_pre precision-independent.
+        if not self.params.extensions.prefill_speedup:
+            return 1.0
+        return self.compute_speedup(p)
 
     def _c_pre_reference(self) -> float:
         return 2.0 * self.model.n_active / (self.hardware.bf16_flops * self.params.mfu_prefill)

@@ -8,7 +8,8 @@ Tie-breaks. W4A16 and NVFP4 have the same nominal bytes, hence the same knee and
 b.1 breaks such ties by higher eta, then higher Q, then native compute. eta only matters when
 speculation is on, so ties are broken first by CPT with the toggles recomputed at each tied
 tier (which is "higher eta" exactly when a tied tier speculates, and a no-op otherwise), then
-by Q, then native compute, then eta. With the placeholder Q (NVFP4 0.980 > W4A16 0.975) a
+by Q, then native compute (NVFP4 on SM100 computes in FP4; on SM90 it is emulated through
+Marlin, so W4A16 is preferred there), then eta. With the placeholder Q (NVFP4 0.980 > W4A16 0.975) a
 non-speculating regime therefore picks NVFP4 and a speculating one picks W4A16 (eta 0.75).
 
 Why FP8 wins for a coding agent. In P0 FP8 never has the lowest decode cost: it has twice
@@ -162,16 +163,25 @@ def _feasible(
 
 
 def _choose(ev: _Evaluation, feasible: list[Precision]) -> tuple[Precision, list[Precision]]:
-    """argmin decode cost; ties by CPT with fresh toggles, Q, native compute, eta, order."""
+    """argmin decode cost; ties by CPT with fresh toggles, then Q, then native compute (the
+    low-precision tensor-core speed-up, then a format the GPU does not emulate), then eta,
+    then candidate order."""
     decode = {p: ev.decode(p) for p in feasible}
     best = min(decode.values())
     tied = [p for p in feasible if decode[p] <= best * (1.0 + _TIE_RTOL)]
     m = ev.model
 
-    def tie_key(p: Precision) -> tuple[float, float, int, float, int]:
+    def tie_key(p: Precision) -> tuple[float, float, float, int, float, int]:
         s, k, _, _ = ev.toggles(p)
-        native = 0 if m.native_compute(p) else 1
-        return (ev.cpt(p, s, k), -m.quality(p), native, -m.eta(p), feasible.index(p))
+        emulated = 0 if m.native_compute(p) else 1
+        return (
+            ev.cpt(p, s, k),
+            -m.quality(p),
+            -m.compute_speedup(p),
+            emulated,
+            -m.eta(p),
+            feasible.index(p),
+        )
 
     return min(tied, key=tie_key), tied
 

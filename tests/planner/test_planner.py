@@ -1,0 +1,186 @@
+"""The b.1 procedure: archetypes, tie-breaks, never-inherited toggles, hysteresis loop."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from gateway.planner.params import PolicyParams, Settings, settings_from_mapping
+from gateway.planner.planner import (
+    PAPER_CANDIDATES,
+    Planner,
+    PlanningError,
+    Regime,
+    TierConfig,
+    plan_tier,
+)
+
+B200 = Settings()
+H200 = settings_from_mapping({"hardware": "h200"})
+
+# Archetypes of Paper B as regimes. A coding agent loops over a stable repository context
+# (high rho, high r) and holds a stricter quality floor: code errors are visible.
+CODING_AGENT = Regime(concurrency=32, rho=0.85, r=0.6)
+CODING_Q_MIN = 0.99
+OPEN_CHAT = Regime(concurrency=64, rho=0.05, r=0.03)
+SATURATED_BATCH_LOW_RHO = Regime(concurrency=1024, rho=0.30, r=0.20)
+SATURATED_BATCH_HIGH_RHO = Regime(concurrency=1024, rho=0.95, r=0.20)
+
+
+@pytest.mark.parametrize("settings", [B200, H200], ids=["b200", "h200"])
+def test_coding_agent_fp8_with_speculation_and_prefix_caching(settings: Settings) -> None:
+    plan = plan_tier(CODING_AGENT, settings, q_min=CODING_Q_MIN)
+    assert (plan.precision, plan.speculative, plan.prefix_caching) == ("fp8", True, True)
+    assert any("dropped" in r and "nvfp4" in r for r in plan.reasons)
+
+
+@pytest.mark.parametrize("settings", [B200, H200], ids=["b200", "h200"])
+@pytest.mark.parametrize("candidates", [PAPER_CANDIDATES, ("bf16", "fp8", "w4a16", "nvfp4")])
+def test_open_chat_lowest_precision_both_off(settings: Settings, candidates: tuple[str]) -> None:
+    plan = plan_tier(OPEN_CHAT, settings, candidates)  # type: ignore[arg-type]
+    assert plan.precision == "nvfp4"
+    assert (plan.speculative, plan.prefix_caching) == (False, False)
+
+
+@pytest.mark.parametrize("settings", [B200, H200], ids=["b200", "h200"])
+def test_saturated_batch_nvfp4_spec_off_cache_by_rho(settings: Settings) -> None:
+    low = plan_tier(SATURATED_BATCH_LOW_RHO, settings)
+    high = plan_tier(SATURATED_BATCH_HIGH_RHO, settings)
+    assert (low.precision, low.speculative, low.prefix_caching) == ("nvfp4", False, False)
+    assert (high.precision, high.speculative, high.prefix_caching) == ("nvfp4", False, True)
+    assert low.b_eff == low.knee  # above the knee: B_eff is the knee
+
+
+def test_w4a16_nvfp4_tie_breaks() -> None:
+    # Same bytes, same knee: equal decode cost. Without speculation eta does not matter and
+    # the higher Q wins (NVFP4); with speculation on at both, the higher eta wins (W4A16).
+    quiet = plan_tier(Regime(256, 0.1, 0.0), B200, ("w4a16", "nvfp4"))
+    assert quiet.precision == "nvfp4"
+    assert any("ties w4a16" in r for r in quiet.reasons)
+    copying = plan_tier(Regime(32, 0.1, 0.9), B200, ("w4a16", "nvfp4"))
+    assert copying.precision == "w4a16" and copying.speculative
+    # Equal Q and eta: native compute decides (NVFP4 computes in FP4 on B200; on H200 it
+    # is emulated through Marlin, so W4A16 wins).
+    flat_eta = {"cost": {"quality": {"w4a16": 0.98, "nvfp4": 0.98}, "eta": {"w4a16": 0.698}}}
+    on_b200 = plan_tier(Regime(256, 0.1, 0.0), settings_from_mapping(flat_eta), ("w4a16", "nvfp4"))
+    on_h200 = plan_tier(
+        Regime(256, 0.1, 0.0),
+        settings_from_mapping({**flat_eta, "hardware": "h200"}),
+        ("nvfp4", "w4a16"),
+    )
+    assert on_b200.precision == "nvfp4"
+    assert on_h200.precision == "w4a16"
+
+
+def test_require_native_compute_drops_nvfp4_on_h200() -> None:
+    strict = H200.model_copy(update={"policy": PolicyParams(require_native_compute=True)})
+    plan = plan_tier(OPEN_CHAT, strict)
+    assert plan.precision == "w4a16"
+    assert any("no native compute" in r for r in plan.reasons)
+
+
+def test_toggles_recomputed_not_inherited() -> None:
+    # b.1 notes: C = 256, r = 0.30; speculation pays at FP16 but not at NVFP4.
+    regime = Regime(256, 0.3, 0.30)
+    at_fp16 = plan_tier(regime, B200, ("fp16",))
+    assert at_fp16.speculative
+    moved = plan_tier(regime, B200, PAPER_CANDIDATES, current=at_fp16.config)
+    assert moved.precision == "nvfp4" and not moved.speculative
+    note = next(r for r in moved.reasons if "not inherited" in r)
+    assert "+14.7% decode" in note
+
+
+def test_prefix_caching_harder_at_lower_precision_above_fp16_knee() -> None:
+    # Above FP16's knee, NVFP4's bigger batch raises rho*: the same rho can flip k off.
+    regime = Regime(430, 0.80, 0.0)
+    assert plan_tier(regime, B200, ("fp16",)).prefix_caching
+    assert not plan_tier(regime, B200, ("nvfp4",)).prefix_caching
+
+
+def test_plan_fields_and_args() -> None:
+    plan = plan_tier(Regime(32, 0.3, 0.2), B200, PAPER_CANDIDATES)
+    assert plan.rho_star == pytest.approx(0.064)
+    assert plan.r_star == pytest.approx(0.1406, abs=1e-4)
+    assert plan.expected_cpt * 1e6 == pytest.approx(24.078, abs=1e-3)
+    assert plan.vllm_args[0] == "nvidia/Qwen3-30B-A3B-NVFP4"
+    assert "--enable-prefix-caching" in plan.vllm_args
+    assert "--speculative-config" in plan.vllm_args
+    doc = plan.to_dict()
+    assert doc["precision"] == "nvfp4" and isinstance(doc["reasons"], list)
+    assert set(doc["alternatives"]) >= {"nvfp4 s=1 k=1", "fp16 s=0 k=0"}
+
+
+def test_infinite_r_star_serialises_as_null() -> None:
+    heavy = settings_from_mapping({"cost": {"beta": 0.05}})
+    plan = plan_tier(Regime(1024, 0.0, 1.0), heavy, ("fp16",))
+    assert math.isinf(plan.r_star) and plan.to_dict()["r_star"] is None
+    assert not plan.speculative
+
+
+def test_batch_dependent_speculation_cutoff() -> None:
+    settings = settings_from_mapping({"serve": {"batch_dependent_speculation": True}})
+    plan = plan_tier(Regime(32, 0.0, 0.30), settings, ("fp16",))
+    spec = plan.vllm_args[plan.vllm_args.index("--speculative-config") + 1]
+    assert '"num_speculative_tokens_per_batch_size": [[1, ' in spec
+    # r = 0.30 beats r*(fp16, B) up to B = 263 (r* = 0.29 at 256).
+    cutoff = int(spec.split("[[1, ")[1].split(",")[0])
+    assert 256 <= cutoff < 325
+
+
+def test_no_feasible_precision() -> None:
+    with pytest.raises(PlanningError, match="no feasible"):
+        plan_tier(OPEN_CHAT, B200, ("nvfp4",), q_min=0.999)
+
+
+@pytest.mark.parametrize(("c", "rho", "r"), [(0, 0.1, 0.1), (1, 1.5, 0.1), (1, 0.1, -0.1)])
+def test_invalid_regime(c: float, rho: float, r: float) -> None:
+    with pytest.raises(PlanningError):
+        Regime(c, rho, r)
+
+
+def _policy(**kw: float) -> Settings:
+    return B200.model_copy(update={"policy": PolicyParams(**kw)})  # type: ignore[arg-type]
+
+
+def test_planner_initial_then_hold() -> None:
+    planner = Planner(B200, PAPER_CANDIDATES)
+    first = planner.step(0.0, OPEN_CHAT)
+    assert first.action == "initial" and first.current.precision == "nvfp4"
+    again = planner.step(60.0, OPEN_CHAT)
+    assert again.action == "hold" and again.current == first.current
+
+
+def test_planner_needs_confirmations_and_respects_dwell() -> None:
+    start = TierConfig("fp16", False, False)
+    planner = Planner(_policy(dwell_s=1800, confirmations=3), PAPER_CANDIDATES, start, 0.0)
+    # Inside the dwell nothing moves, however large the gain.
+    held = planner.step(600.0, OPEN_CHAT)
+    assert held.action == "hold" and "dwell" in held.note
+    steps = [planner.step(1800.0 + 60.0 * i, OPEN_CHAT) for i in range(1, 4)]
+    assert [s.action for s in steps] == ["pending", "pending", "switch"]
+    assert planner.current == TierConfig("nvfp4", False, False)
+    assert planner.last_switch == 1980.0
+    # Right after a switch the dwell applies again.
+    assert planner.step(2000.0, Regime(256, 0.9, 0.6)).action in {"hold"}
+
+
+def test_planner_pending_resets_when_candidate_changes() -> None:
+    planner = Planner(
+        _policy(dwell_s=0, confirmations=2), ("fp16",), TierConfig("fp16", False, False)
+    )
+    copying = Regime(32, 0.9, 0.9)  # s and k both pay at fp16
+    assert planner.step(1.0, copying).action == "pending"
+    assert planner.step(2.0, Regime(32, 0.0, 0.0)).action == "hold"  # plan == current
+    assert planner.step(3.0, copying).action == "pending"
+    assert planner.step(4.0, copying).action == "switch"
+
+
+def test_planner_hysteresis() -> None:
+    # A toggle whose gain is under h does not trigger a restart.
+    current = TierConfig("nvfp4", False, False)
+    planner = Planner(_policy(dwell_s=0, confirmations=1, hysteresis=0.10), ("nvfp4",), current)
+    small_gain = Regime(256, 0.60, 0.0)  # rho just above rho* = 0.512
+    step = planner.step(10.0, small_gain)
+    assert step.plan.prefix_caching and step.action == "hold" and "hysteresis" in step.note
+    assert planner.current == current
