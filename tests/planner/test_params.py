@@ -1,0 +1,61 @@
+"""YAML overrides of every parameter group."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from gateway.planner.costmodel import CostModel
+from gateway.planner.params import Settings, settings_from_yaml
+
+
+def test_defaults_are_p0() -> None:
+    model = CostModel.from_settings(Settings())
+    assert model == CostModel.p0()
+
+
+def test_yaml_overrides_merge() -> None:
+    s = settings_from_yaml(
+        """
+hardware: h200
+model: {preset: qwen3-coder-30b-a3b, n_total: 31.0e9}
+cost: {l_in: 4096, eta: {nvfp4: 0.6}, extensions: {expert_union: true}}
+serve: {prompt_lookup_min: 3, prompt_lookup_max: 5}
+policy: {dwell_s: 60}
+"""
+    )
+    assert s.hardware.name == "h200"
+    assert s.model.name == "qwen3-coder-30b-a3b" and s.model.n_total == 31.0e9
+    assert s.cost.eta["nvfp4"] == 0.6 and s.cost.eta["fp8"] == 0.9  # others kept
+    assert s.cost.extensions.expert_union and not s.cost.extensions.kv_read
+    assert s.serve.prompt_lookup_max == 5
+    assert s.policy.dwell_s == 60 and s.policy.confirmations == 3
+    model = CostModel.from_settings(s)
+    assert model.rho_star("fp16", 32) == pytest.approx(0.032)
+
+
+def test_custom_hardware_mapping() -> None:
+    s = settings_from_yaml(
+        "hardware: {name: x, hbm_bytes: 80e9, bandwidth: 3.35e12, bf16_flops: 0.99e15, "
+        "compute_capability: 90}"
+    )
+    assert CostModel.from_settings(s).knee("fp16") == 47
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "cost: {bogus: 1}",
+        "serve: {prompt_lookup_min: 5, prompt_lookup_max: 2}",
+        "cost: {gpu_memory_fraction: 1.5}",
+        "- a list",
+    ],
+)
+def test_invalid_yaml(text: str) -> None:
+    with pytest.raises((ValidationError, ValueError)):
+        settings_from_yaml(text)
+
+
+def test_unknown_preset() -> None:
+    with pytest.raises(KeyError, match="known"):
+        settings_from_yaml("hardware: a100")

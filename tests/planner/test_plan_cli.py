@@ -1,0 +1,216 @@
+"""`tiergate plan` and `tiergate plan breakeven` through the real Typer app."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from gateway.cli.main import app
+
+runner = CliRunner()
+
+EXPECTED_BREAKEVEN = {
+    "rho_star": {"32": 0.064, "256": 0.512},
+    "r_star": {
+        "fp16": {"32": 0.06, "256": 0.29},
+        "fp8": {"32": 0.0812, "256": 0.3308},
+        "w4a16": {"32": 0.1309, "256": 0.417},
+        "nvfp4": {"32": 0.1406, "256": 0.448},
+    },
+    "precision_ratio": {"below_knees": 0.25, "plateau": 0.1855},
+    "knees": {"fp16": 325, "fp8": 401, "w4a16": 438, "nvfp4": 438},
+}
+
+
+def _json(args: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
+    result = runner.invoke(app, args, env=env)
+    assert result.exit_code == 0, result.output
+    doc: dict[str, Any] = json.loads(result.stdout)
+    return doc
+
+
+def test_breakeven_json_exact() -> None:
+    result = runner.invoke(app, ["plan", "breakeven", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == EXPECTED_BREAKEVEN
+    assert list(json.loads(result.stdout)) == ["rho_star", "r_star", "precision_ratio", "knees"]
+
+
+def test_breakeven_more_concurrencies_and_table() -> None:
+    doc = _json(["plan", "breakeven", "--json", "--concurrency", "1,1024"])
+    assert doc["r_star"]["fp16"] == {"1": 0.0163, "1024": 0.3412}
+    assert doc["r_star"]["nvfp4"] == {"1": 0.083, "1024": 0.6159}
+    assert _json(["plan", "breakeven", "--json", "--hardware", "h200"])["knees"] == {
+        "fp16": 198,
+        "fp8": 274,
+        "w4a16": 312,
+        "nvfp4": 312,
+    }
+    table = runner.invoke(app, ["plan", "breakeven"])
+    assert table.exit_code == 0 and "0.1855" in table.stdout
+
+
+def test_plan_regime_json() -> None:
+    doc = _json(
+        [
+            "plan",
+            "--regime",
+            "C=256,rho=0.3,r=0.3",
+            "--hardware",
+            "b200",
+            "--json",
+            "--candidates",
+            "fp16,fp8,nvfp4",
+            "--current",
+            "fp16,s=1,k=0",
+        ]
+    )
+    tier = doc["tiers"]["default"]
+    assert (tier["precision"], tier["speculative"], tier["prefix_caching"]) == (
+        "nvfp4",
+        False,
+        False,
+    )
+    assert tier["regime"]["concurrency"] == 256
+    assert any("not inherited" in r for r in tier["reasons"])
+    assert tier["vllm_args"][0] == "nvidia/Qwen3-30B-A3B-NVFP4"
+
+
+def test_plan_coding_agent_cli() -> None:
+    doc = _json(["plan", "--regime", "C=32,rho=0.85,r=0.6", "--q-min", "0.99", "--json"])
+    tier = doc["tiers"]["default"]
+    assert (tier["precision"], tier["speculative"], tier["prefix_caching"]) == ("fp8", True, True)
+
+
+def test_plan_write_overlay(tmp_path: Path) -> None:
+    result = runner.invoke(
+        app, ["plan", "--regime", "C=32,rho=0.3,r=0.2", "--write", str(tmp_path / "deploy")]
+    )
+    assert result.exit_code == 0, result.output
+    overlay = yaml.safe_load((tmp_path / "deploy" / "overlay.yaml").read_text())
+    tier = overlay["tiers"]["default"]
+    assert tier["command"].startswith("vllm serve ")
+    assert "--speculative-config" in tier["vllm_args"]
+    args = json.loads((tmp_path / "deploy" / "default.args.json").read_text())
+    assert args == tier["vllm_args"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["plan"],
+        ["plan", "--regime", "C=1,rho=0.1"],
+        ["plan", "--regime", "C=1,rho=2,r=0"],
+        ["plan", "--regime", "C=1,rho=0.1,r=0.1", "--hardware", "a100"],
+        ["plan", "--regime", "C=1,rho=0.1,r=0.1", "--candidates", "int3"],
+        ["plan", "--regime", "C=1,rho=0.1,r=0.1", "--trace", "x.jsonl"],
+    ],
+)
+def test_plan_usage_errors(args: list[str]) -> None:
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert "error:" in result.output
+
+
+class _Admin(BaseHTTPRequestHandler):
+    body: ClassVar[dict[str, Any]] = {}
+    seen_auth: ClassVar[list[str | None]] = []
+
+    def do_GET(self) -> None:
+        type(self).seen_auth.append(self.headers.get("Authorization"))
+        if self.path != "/admin/regime" or self.headers.get("Authorization") != "Bearer s3cret":
+            self.send_response(401)
+            self.end_headers()
+            return
+        data = json.dumps(self.body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def admin_server() -> Iterator[str]:
+    server = HTTPServer(("127.0.0.1", 0), _Admin)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_plan_from_gateway(admin_server: str) -> None:
+    _Admin.body = {
+        "tiers": {
+            "cheap": {
+                "precision": "nvfp4",
+                "concurrency": {"mean": 256.0},
+                "rho": {"unbounded": 0.9, "lru": 0.7},
+                "r": {"r_iid": 0.30},
+            },
+            "strong": {
+                "precision": "bf16",
+                "concurrency": {"mean": 32.0},
+                "rho": {"unbounded": 0.5, "lru": 0.4, "engine": 0.45},
+                "r": {"r_iid": 0.30, "r_engine": 0.05},
+            },
+            "idle": {"precision": "fp8", "concurrency": {"mean": None}, "rho": {}, "r": {}},
+        }
+    }
+    doc = _json(
+        ["plan", "--from-gateway", admin_server + "/", "--json"],
+        env={"TIERGATE_ADMIN_TOKEN": "s3cret"},
+    )
+    assert _Admin.seen_auth[-1] == "Bearer s3cret"
+    cheap, strong = doc["tiers"]["cheap"], doc["tiers"]["strong"]
+    assert "idle" not in doc["tiers"]
+    # Tier precision is fixed by the ladder; toggles are planned at that precision.
+    assert (cheap["precision"], cheap["speculative"], cheap["prefix_caching"]) == (
+        "nvfp4",
+        False,
+        True,
+    )
+    assert strong["precision"] == "bf16"
+    assert strong["regime"]["rho"] == 0.45 and strong["regime"]["r"] == 0.05  # engine first
+    assert (strong["speculative"], strong["prefix_caching"]) == (False, True)
+
+
+def test_plan_from_gateway_errors(admin_server: str) -> None:
+    denied = runner.invoke(
+        app, ["plan", "--from-gateway", admin_server], env={"TIERGATE_ADMIN_TOKEN": "wrong"}
+    )
+    assert denied.exit_code == 2 and "HTTP 401" in denied.output
+    unreachable = runner.invoke(app, ["plan", "--from-gateway", "http://127.0.0.1:9"])
+    assert unreachable.exit_code == 2 and "cannot reach" in unreachable.output
+
+
+def test_plan_from_trace(shared_data: Path) -> None:
+    trace = shared_data / "traces" / "mooncake_conversation_trace.jsonl"
+    doc = _json(["plan", "--trace", str(trace), "--json"])
+    tier = doc["tiers"]["default"]
+    assert tier["precision"] == "nvfp4" and not tier["speculative"]
+    assert tier["regime"]["concurrency"] == pytest.approx(33.05, abs=0.01)
+    assert "mooncake" in tier["regime_source"]
+    azure = _json(["plan", "--trace", str(shared_data / "traces" / "azure2023_conv.csv"), "--json"])
+    assert azure["tiers"]["default"]["regime"]["rho"] == 0.0
+
+
+def test_plan_from_chat_trace_needs_concurrency(shared_data: Path) -> None:
+    chat = shared_data / "traces" / "sharegpt" / "ShareGPT_V3_filtered_1000.json"
+    missing = runner.invoke(app, ["plan", "--trace", str(chat)])
+    assert missing.exit_code == 2 and "--concurrency" in missing.output
