@@ -13,7 +13,15 @@ from typing import Annotated, Any, Self
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from gateway.precision import Precision, relative_cost
 from gateway.protocol import RequestLimits
@@ -84,7 +92,8 @@ class TierSettings(Section):
 
 class TenantSettings(Section):
     name: Name
-    api_keys: list[str] = Field(default_factory=list)
+    # SecretStr: keys never appear in a repr, a log line or a settings dump.
+    api_keys: list[SecretStr] = Field(default_factory=list)
     api_keys_env: str | None = None
     allowed_tiers: list[str] | None = None
     allow_pinning: bool = True
@@ -205,7 +214,7 @@ def resolve_secret(value: str | None, env_name: str | None, environ: Mapping[str
 def tenant_keys(tenant: TenantSettings, environ: Mapping[str, str] | None = None) -> list[str]:
     """The tenant's keys from config plus the comma-separated list in its env variable."""
     env = os.environ if environ is None else environ
-    keys = list(tenant.api_keys)
+    keys = [key.get_secret_value() for key in tenant.api_keys]
     if tenant.api_keys_env:
         keys.extend(k.strip() for k in env.get(tenant.api_keys_env, "").split(",") if k.strip())
     return keys
@@ -235,7 +244,7 @@ def default_settings(
             )
             for (name, precision), sim_port in zip(ladder, sim_ports, strict=True)
         ],
-        tenants=[TenantSettings(name="default", api_keys=["sk-local-dev"])],
+        tenants=[TenantSettings(name="default", api_keys=[SecretStr("sk-local-dev")])],
         server=ServerSettings(port=port),
     )
 

@@ -53,10 +53,8 @@ def up(
     try:
         with running_sims(specs):
             app = build_app(settings, policy_factory=build_policy)
-            key = next(
-                (k for t in settings.tenants for k in t.api_keys if not k.startswith("sha256:")),
-                "<your key>",
-            )
+            keys = [k.get_secret_value() for t in settings.tenants for k in t.api_keys]
+            key = next((k for k in keys if not k.startswith("sha256:")), "<your key>")
             typer.echo(
                 banner(
                     f"http://{host}:{settings.server.port}",

@@ -1,0 +1,222 @@
+"""The upstream HTTP/1.1 client against a raw socket server scripted per test."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from gateway.backends.h1client import (
+    ConnectionPool,
+    UpstreamConnectError,
+    UpstreamProtocolError,
+    UpstreamTimeout,
+)
+from tests.helpers import free_port
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+async def read_request(reader: asyncio.StreamReader) -> bytes:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":")[1])
+    return head + await reader.readexactly(length)
+
+
+async def with_server(handler: Handler, body: Callable[[ConnectionPool], Awaitable[None]]) -> None:
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    pool = ConnectionPool("127.0.0.1", port, connect_timeout_s=1.0)
+    try:
+        await body(pool)
+    finally:
+        pool.close()
+        server.close()
+        await server.wait_closed()
+
+
+def request(pool: ConnectionPool, payload: bytes = b'{"x":1}') -> bytes:
+    return pool.render(b"POST", b"/v1/chat/completions", payload)
+
+
+def ok(body: bytes, extra: bytes = b"") -> bytes:
+    return (
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n%s\r\n%s"
+        % (
+            len(body),
+            extra,
+            body,
+        )
+    )
+
+
+def test_keep_alive_connection_is_reused() -> None:
+    connections = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        while True:
+            try:
+                await read_request(reader)
+            except asyncio.IncompleteReadError:
+                return
+            writer.write(ok(b'{"ok":true}'))
+            await writer.drain()
+
+    async def body(pool: ConnectionPool) -> None:
+        for _ in range(5):
+            response = await pool.request(request(pool), first_byte_timeout_s=2, total_timeout_s=5)
+            assert response.status == 200
+            assert await response.read(1 << 20) == b'{"ok":true}'
+            response.release()
+        assert connections == 1
+        assert pool.idle_connections == 1
+
+    asyncio.run(with_server(handler, body))
+
+
+def test_chunked_body_is_decoded_and_streamed() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        for piece in (b"data: a\n\n", b"data: b\n\n"):
+            writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            await writer.drain()
+            await asyncio.sleep(0.01)
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+    async def body(pool: ConnectionPool) -> None:
+        response = await pool.request(request(pool), first_byte_timeout_s=2, total_timeout_s=5)
+        chunks = [chunk async for chunk in response]
+        assert b"".join(chunks) == b"data: a\n\ndata: b\n\n"
+        assert len(chunks) == 2  # arrived as two pieces, relayed as they came
+        response.release()
+
+    asyncio.run(with_server(handler, body))
+
+
+def test_connection_refused_is_a_connect_error() -> None:
+    async def main() -> None:
+        pool = ConnectionPool("127.0.0.1", free_port(), connect_timeout_s=1.0)
+        with pytest.raises(UpstreamConnectError):
+            await pool.request(request(pool), first_byte_timeout_s=1, total_timeout_s=1)
+
+    asyncio.run(main())
+
+
+def test_first_byte_timeout() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        await asyncio.sleep(5)
+
+    async def body(pool: ConnectionPool) -> None:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises(UpstreamTimeout, match="first byte"):
+            await pool.request(request(pool), first_byte_timeout_s=0.2, total_timeout_s=5)
+        assert loop.time() - started < 1.0
+
+    asyncio.run(with_server(handler, body))
+
+
+def test_total_timeout_interrupts_a_stalled_body() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\npartial")
+        await writer.drain()
+        await asyncio.sleep(5)
+
+    async def body(pool: ConnectionPool) -> None:
+        response = await pool.request(request(pool), first_byte_timeout_s=2, total_timeout_s=0.3)
+        with pytest.raises(UpstreamTimeout, match="total"):
+            await response.read(1 << 20)
+
+    asyncio.run(with_server(handler, body))
+
+
+def test_close_mid_body_fails_the_stream() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n9\r\ndata: a\n\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    async def body(pool: ConnectionPool) -> None:
+        response = await pool.request(request(pool), first_byte_timeout_s=2, total_timeout_s=5)
+        received = []
+        with pytest.raises(UpstreamConnectError):
+            async for chunk in response:
+                received.append(chunk)
+        assert received == [b"data: a\n\n"]
+        response.release()
+        assert pool.idle_connections == 0  # a broken connection is never reused
+
+    asyncio.run(with_server(handler, body))
+
+
+def test_stale_keep_alive_connection_is_retried_on_a_fresh_one() -> None:
+    served = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal served
+        await read_request(reader)
+        served += 1
+        writer.write(ok(b"{}"))
+        await writer.drain()
+        writer.close()  # the server drops keep-alive connections after each response
+
+    async def body(pool: ConnectionPool) -> None:
+        for _ in range(3):
+            response = await pool.request(request(pool), first_byte_timeout_s=2, total_timeout_s=5)
+            await response.read(1024)
+            response.release()
+            await asyncio.sleep(0.05)
+        assert served == 3
+
+    asyncio.run(with_server(handler, body))
+
+
+def test_oversized_body_and_garbage_are_protocol_errors() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        data = await read_request(reader)
+        if b'"big"' in data:
+            writer.write(ok(b"x" * 5000))
+        else:
+            writer.write(b"NOT HTTP AT ALL\r\n\r\n")
+        await writer.drain()
+
+    async def body(pool: ConnectionPool) -> None:
+        response = await pool.request(
+            request(pool, b'"big"'), first_byte_timeout_s=2, total_timeout_s=5
+        )
+        with pytest.raises(UpstreamProtocolError, match="exceeds"):
+            await response.read(1000)
+        with pytest.raises(UpstreamProtocolError):
+            await pool.request(request(pool, b'"junk"'), first_byte_timeout_s=2, total_timeout_s=5)
+
+    asyncio.run(with_server(handler, body))
+
+
+def test_abort_closes_the_upstream_connection() -> None:
+    closed = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        await writer.drain()
+        # Upstream notices the client left when a read returns EOF.
+        assert await reader.read(1) == b""
+        closed.set()
+
+    async def body(pool: ConnectionPool) -> None:
+        response = await pool.request(request(pool), first_byte_timeout_s=2, total_timeout_s=5)
+        response.abort()
+        await asyncio.wait_for(closed.wait(), 2)
+
+    asyncio.run(with_server(handler, body))

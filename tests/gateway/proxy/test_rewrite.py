@@ -1,0 +1,72 @@
+from __future__ import annotations
+
+import itertools
+
+import orjson
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gateway.proxy.rewrite import ModelRewriter, SSEBuffer, split_usage_event, usage_counts
+
+
+def test_model_rewriter_touches_only_the_model_key() -> None:
+    rewrite = ModelRewriter("served", "public")
+    body = orjson.dumps(
+        {"model": "served", "content": '"model":"served" inside text', "x": "served"}
+    )
+    assert orjson.loads(rewrite(body)) == {
+        "model": "public",
+        "content": '"model":"served" inside text',
+        "x": "served",
+    }
+    assert rewrite(b'{"model": "served"}') == b'{"model": "public"}'
+    assert ModelRewriter("same", "same")(body) is body
+
+
+@given(st.text(min_size=1, max_size=30))
+def test_model_rewriter_handles_any_name(name: str) -> None:
+    body = orjson.dumps({"id": 1, "model": name, "echo": name})
+    assert orjson.loads(ModelRewriter(name, "pub")(body)) == {"id": 1, "model": "pub", "echo": name}
+
+
+def test_usage_counts_with_nested_details() -> None:
+    body = b'{"usage":{"prompt_tokens":5,"prompt_tokens_details":{"cached_tokens":3},"completion_tokens":2},"z":1}'
+    assert usage_counts(body) == (5, 2)
+    assert usage_counts(b'{"usage":null}') is None
+    assert usage_counts(b'{"usage":{"prompt_tokens":"x","completion_tokens":1}}') is None
+    assert usage_counts(b"no usage here") is None
+
+
+events = st.lists(
+    st.builds(
+        lambda text: (
+            b"data: " + orjson.dumps({"choices": [{"delta": {"content": text}}]}) + b"\n\n"
+        ),
+        st.text(max_size=20),
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+@given(events, st.lists(st.integers(min_value=0, max_value=400), max_size=12))
+def test_sse_buffer_yields_whole_events_in_order(evts: list[bytes], cuts: list[int]) -> None:
+    stream = b"".join(evts)
+    points = sorted({min(c, len(stream)) for c in cuts} | {0, len(stream)})
+    buffer = SSEBuffer()
+    out = []
+    for a, b in itertools.pairwise(points):
+        piece = buffer.feed(stream[a:b])
+        if piece:
+            assert piece.endswith(b"\n\n")
+            out.append(piece)
+    out.append(buffer.flush())
+    assert b"".join(out) == stream
+
+
+def test_split_usage_event() -> None:
+    first = b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n'
+    usage = b'data: {"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2}}\n\n'
+    done = b"data: [DONE]\n\n"
+    assert split_usage_event(first + usage + done) == (first + done, usage)
+    assert split_usage_event(first + done) == (first + done, b"")

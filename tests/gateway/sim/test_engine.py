@@ -1,0 +1,139 @@
+"""The simulator: timing from the cost model, prefix hits, speculation, quality model."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from gateway.observer.prefix_replay import PrefixCacheReplay
+from gateway.planner.costmodel import CostModel
+from gateway.precision import Precision
+from gateway.sim import quality, textgen, tokenizer
+from gateway.sim.engine import Engine, EngineConfig, Sequence, SequenceGroup, SpecConfig
+
+
+def run_requests(
+    config: EngineConfig, prompts: list[list[int]], answer_len: int
+) -> tuple[float, Engine]:
+    async def main() -> tuple[float, Engine]:
+        engine = Engine(config)
+        engine.start()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        groups = []
+        for prompt in prompts:
+            group = SequenceGroup([Sequence(prompt, ["w"] * answer_len, "length")])
+            engine.submit(group)
+            groups.append(group)
+        for group in groups:
+            while not group.done:
+                group.waiter.clear()
+                await group.waiter.wait()
+        elapsed = loop.time() - started
+        await engine.stop()
+        return elapsed, engine
+
+    return asyncio.run(main())
+
+
+def config(precision: Precision, **kwargs: object) -> EngineConfig:
+    return EngineConfig(precision=precision, cost_model=CostModel.preset("h200"), **kwargs)  # type: ignore[arg-type]
+
+
+def test_decode_time_follows_bytes_per_parameter() -> None:
+    model = CostModel.preset("h200")
+    scale = 40.0  # steps of 55 ms (bf16) and 14 ms (nvfp4): well above timer resolution
+    bf16, _ = run_requests(config("bf16", time_scale=scale), [[1, 2, 3]], 20)
+    nvfp4, _ = run_requests(config("nvfp4", time_scale=scale), [[1, 2, 3]], 20)
+    expected_bf16 = 20 * model.decode_step_seconds("bf16") * scale
+    assert bf16 == pytest.approx(expected_bf16, rel=0.25)
+    assert bf16 / nvfp4 == pytest.approx(4.0, rel=0.3)
+
+
+def test_batching_shares_a_step_across_sequences() -> None:
+    scale = 40.0
+    one, _ = run_requests(config("bf16", time_scale=scale), [[1]], 10)
+    eight, engine = run_requests(config("bf16", time_scale=scale), [[i] for i in range(8)], 10)
+    assert eight == pytest.approx(one, rel=0.35)  # decode is bandwidth-bound: same step time
+    assert engine.counters.generation_tokens == 80
+
+
+def test_prefix_caching_counts_vllm_style_hits() -> None:
+    shared = list(range(64))
+    prompts = [shared + [1000 + i] * 5 for i in range(4)]
+    _, engine = run_requests(config("bf16", prefix_caching=True), prompts, 2)
+    reference = PrefixCacheReplay(16, None)
+    expected_hits = sum(reference.lookup_and_insert(p) for p in prompts)
+    assert engine.counters.prefix_hits == expected_hits == 3 * 64
+    assert engine.counters.prefix_queries == sum(len(p) for p in prompts)
+
+
+def test_speculation_accepts_copied_spans_and_not_fresh_text() -> None:
+    spec = SpecConfig(num_speculative_tokens=4, prompt_lookup_min=2, prompt_lookup_max=4)
+
+    async def tokens_per_step(answer: list[str], prompt: list[str]) -> float:
+        engine = Engine(config("bf16", speculation=spec))
+        engine.start()
+        group = SequenceGroup([Sequence([tokenizer.token_id(p) for p in prompt], answer, "stop")])
+        engine.submit(group)
+        while not group.done:
+            group.waiter.clear()
+            await group.waiter.wait()
+        await engine.stop()
+        return engine.counters.generation_tokens / engine.counters.steps
+
+    prompt = [
+        "the",
+        "quick",
+        "brown",
+        "fox",
+        "jumps",
+        "over",
+        "the",
+        "lazy",
+        "dog",
+        "while",
+        "the",
+        "cat",
+        "sleeps",
+        "on",
+        "a",
+        "warm",
+        "mat",
+    ]
+    copying = asyncio.run(tokens_per_step(prompt * 3, prompt))
+    fresh = asyncio.run(tokens_per_step([f"w{i}" for i in range(40)], prompt))
+    assert copying > 2.5
+    assert fresh == pytest.approx(1.0, abs=0.05)
+
+
+def test_quality_model_levels_and_determinism() -> None:
+    easy = "hello, please translate good morning"
+    hard = "Prove that the algorithm is correct and refactor it. " + "def f(x): return x * 2\n" * 40
+    assert quality.difficulty(easy) < quality.difficulty(hard)
+    assert quality.difficulty(hard) == quality.difficulty(hard)
+    assert not quality.diverges(hard, "bf16")
+    for precision in ("nvfp4", "w4a16", "fp8"):
+        assert quality.adequate(easy, precision)  # type: ignore[arg-type]
+    assert quality.diverges(hard, "nvfp4")
+    pieces = tokenizer.pieces(hard)
+    reference = textgen.answer(hard, pieces, "bf16")
+    assert textgen.answer(hard, pieces, "bf16") == reference
+    assert textgen.answer(hard, pieces, "nvfp4") != reference
+    assert textgen.answer(easy, tokenizer.pieces(easy), "nvfp4") == textgen.answer(
+        easy, tokenizer.pieces(easy), "bf16"
+    )
+
+
+def test_divergence_share_grows_as_precision_drops() -> None:
+    prompts = [
+        f"question {i}: " + "explain the algorithm and prove it " * (i % 30) for i in range(300)
+    ]
+    share = {
+        p: sum(quality.diverges(text, p) for text in prompts) / len(prompts)  # type: ignore[arg-type]
+        for p in ("bf16", "fp8", "w4a16", "nvfp4")
+    }
+    assert share["bf16"] == 0.0
+    assert share["fp8"] <= share["w4a16"] <= share["nvfp4"]
+    assert share["nvfp4"] > 0.1

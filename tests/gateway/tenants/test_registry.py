@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+import pytest
+
+from gateway.config import parse_settings
+from gateway.errors import AuthenticationError
+from gateway.tenants.registry import TenantRegistry, hash_key
+
+
+def settings(tenants: list[dict[str, object]]):  # type: ignore[no-untyped-def]
+    return parse_settings(
+        {
+            "model": "m",
+            "tiers": [
+                {"name": "a", "precision": "nvfp4", "endpoints": ["http://127.0.0.1:1/v1"]},
+                {"name": "b", "precision": "w4a16", "endpoints": ["http://127.0.0.1:2/v1"]},
+                {"name": "c", "precision": "bf16", "endpoints": ["http://127.0.0.1:3/v1"]},
+            ],
+            "tenants": tenants,
+        }
+    )
+
+
+def test_plain_hashed_and_env_keys_resolve() -> None:
+    registry = TenantRegistry(
+        settings(
+            [
+                {"name": "plain", "api_keys": ["sk-plain"]},
+                {"name": "hashed", "api_keys": [hash_key("sk-hashed")]},
+                {"name": "env", "api_keys_env": "ENV_KEYS"},
+            ]
+        ),
+        environ={"ENV_KEYS": "sk-env1, sk-env2"},
+    )
+    assert registry.authenticate(b"Bearer sk-plain").name == "plain"
+    assert registry.authenticate(b"Bearer sk-hashed").name == "hashed"
+    assert registry.authenticate(b"bearer sk-env2").name == "env"
+    with pytest.raises(AuthenticationError):
+        registry.authenticate(b"Bearer sha256:" + hash_key("sk-hashed")[7:].encode())
+
+
+def test_allowed_tiers_and_thresholds_resolve_to_indices() -> None:
+    registry = TenantRegistry(
+        settings(
+            [
+                {
+                    "name": "t",
+                    "api_keys": ["k"],
+                    "allowed_tiers": ["c", "b"],
+                    "thresholds": {"a": 0.3},
+                }
+            ]
+        )
+    )
+    tenant = registry.tenants["t"]
+    assert tenant.allowed_tiers == (1, 2)
+    assert tenant.top_tier == 2
+    assert tenant.thresholds == (0.3, 0.8)
+
+
+def test_one_key_for_two_tenants_is_rejected() -> None:
+    with pytest.raises(ValueError, match="both"):
+        TenantRegistry(
+            settings([{"name": "x", "api_keys": ["k"]}, {"name": "y", "api_keys": ["k"]}])
+        )
+
+
+def test_keys_never_stored_in_plaintext() -> None:
+    registry = TenantRegistry(settings([{"name": "t", "api_keys": ["sk-secret-value"]}]))
+    assert "sk-secret-value" not in repr(registry.__dict__)

@@ -1,0 +1,142 @@
+"""Client mistakes get an OpenAI-shaped 4xx, never a 5xx, and never reach a tier."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from typing import Any
+
+import pytest
+
+from tests.helpers import API_KEY, MODEL, GatewayThread, Ladder
+
+
+def post(
+    gw: GatewayThread,
+    body: bytes,
+    headers: dict[str, str] | None = None,
+    path: str = "/v1/chat/completions",
+) -> tuple[int, Any]:
+    request = urllib.request.Request(f"{gw.url}{path}", data=body, method="POST")
+    for name, value in (
+        headers if headers is not None else {"authorization": f"Bearer {API_KEY}"}
+    ).items():
+        request.add_header(name, value)
+    request.add_header("content-type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def assert_openai_error(status: int, body: Any, expected_status: int) -> dict[str, Any]:
+    assert status == expected_status, body
+    error = body["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert isinstance(error["message"], str) and error["message"]
+    return dict(error)
+
+
+CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        (b"{not json", None),
+        (b"[1, 2]", None),
+        (b"", None),
+        (json.dumps({"model": MODEL}).encode(), "messages"),
+        (json.dumps({"model": MODEL, "messages": []}).encode(), "messages"),
+        (json.dumps({"model": MODEL, "messages": "hello"}).encode(), "messages"),
+        (
+            json.dumps({"model": MODEL, "messages": [{"role": "wizard", "content": "x"}]}).encode(),
+            "messages.0.role",
+        ),
+        (json.dumps({**CHAT, "max_tokens": "ten"}).encode(), "max_tokens"),
+        (json.dumps({**CHAT, "max_tokens": 0}).encode(), "max_tokens"),
+        (json.dumps({**CHAT, "temperature": 9}).encode(), "temperature"),
+        (json.dumps({**CHAT, "stream": "yes"}).encode(), "stream"),
+        (json.dumps({"messages": CHAT["messages"]}).encode(), "model"),
+    ],
+)
+def test_malformed_bodies_are_400(
+    gw: GatewayThread, ladder: Ladder, body: bytes, param: str | None
+) -> None:
+    before = [sim.stats()["requests"] for sim in ladder.sims]
+    status, response = post(gw, body)
+    error = assert_openai_error(status, response, 400)
+    assert error["type"] == "invalid_request_error"
+    assert error["param"] == param
+    assert [sim.stats()["requests"] for sim in ladder.sims] == before
+
+
+def test_body_over_limit_is_413(ladder: Ladder) -> None:
+    settings = ladder.settings(limits={"max_body_bytes": 4096})
+    with GatewayThread(settings) as gw:
+        body = json.dumps(
+            {**CHAT, "messages": [{"role": "user", "content": "x" * 10_000}]}
+        ).encode()
+        status, response = post(gw, body)
+        assert_openai_error(status, response, 413)
+
+
+def test_json_nesting_limit(gw: GatewayThread) -> None:
+    nested: Any = "x"
+    for _ in range(100):
+        nested = [nested]
+    status, response = post(gw, json.dumps({**CHAT, "metadata": nested}).encode())
+    assert_openai_error(status, response, 400)
+
+
+@pytest.mark.parametrize(
+    ("model", "code"),
+    [
+        ("gpt-4", "model_not_found"),
+        (f"{MODEL}@fp2", "tier_not_found"),
+        (f"{MODEL}@", "model_not_found"),
+    ],
+)
+def test_unknown_model_or_tier_is_404(gw: GatewayThread, model: str, code: str) -> None:
+    status, response = post(gw, json.dumps({**CHAT, "model": model}).encode())
+    error = assert_openai_error(status, response, 404)
+    assert error["code"] == code and error["param"] == "model"
+
+
+def test_unknown_tier_header_is_404(gw: GatewayThread) -> None:
+    headers = {"authorization": f"Bearer {API_KEY}", "x-tiergate-tier": "int2"}
+    status, response = post(gw, json.dumps(CHAT).encode(), headers)
+    assert_openai_error(status, response, 404)
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"authorization": "Bearer sk-wrong"},
+        {"authorization": "Basic abc"},
+        {"authorization": "Bearer "},
+    ],
+)
+def test_missing_or_wrong_key_is_401(gw: GatewayThread, headers: dict[str, str]) -> None:
+    status, response = post(gw, json.dumps(CHAT).encode(), headers)
+    error = assert_openai_error(status, response, 401)
+    assert error["type"] == "authentication_error"
+    assert (
+        gw.metric(
+            "tiergate_requests_total",
+            {"tenant": "_unauthenticated", "tier": "_none", "endpoint": "chat", "status": "401"},
+        )
+        >= 1
+    )
+
+
+def test_unknown_route_and_method(gw: GatewayThread) -> None:
+    status, response = post(gw, b"{}", path="/v1/embeddings")
+    assert_openai_error(status, response, 404)
+    request = urllib.request.Request(f"{gw.url}/v1/models", data=b"{}", method="POST")
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=10)
+    assert caught.value.code == 405
+    assert set(json.loads(caught.value.read())["error"]) == {"message", "type", "param", "code"}

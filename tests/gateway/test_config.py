@@ -1,0 +1,110 @@
+"""Configuration: valid files load, invalid ones name the field and exit with code 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gateway.config import ConfigError, load_settings, parse_settings
+
+VALID = """
+model: qwen3-30b-a3b
+tiers:
+  - {name: nvfp4, precision: nvfp4, endpoints: ["http://127.0.0.1:9001/v1"], served_model_name: qwen3-30b-a3b-nvfp4}
+  - {name: w4a16, precision: w4a16, endpoints: ["http://127.0.0.1:9002/v1"]}
+  - {name: bf16,  precision: bf16,  endpoints: ["http://127.0.0.1:9003/v1"]}
+tenants:
+  - {name: default, api_keys: ["sk-local-dev"]}
+"""
+
+
+def test_issue_example_loads(tmp_path: Path) -> None:
+    path = tmp_path / "tiergate.yaml"
+    path.write_text(VALID)
+    settings = load_settings(path)
+    assert [t.name for t in settings.tiers] == ["nvfp4", "w4a16", "bf16"]
+    assert settings.tiers[1].served_model_name is None
+    assert settings.tiers[0].parsed_endpoints[0].port == 9001
+    assert [t.relative_cost for t in settings.tiers] == [0.25, 0.25, 1.0]
+
+
+def base() -> dict[str, object]:
+    return {
+        "model": "m",
+        "tiers": [
+            {"name": "a", "precision": "nvfp4", "endpoints": ["http://127.0.0.1:1/v1"]},
+            {"name": "b", "precision": "bf16", "endpoints": ["http://127.0.0.1:2/v1"]},
+        ],
+        "tenants": [{"name": "t", "api_keys": ["k"]}],
+    }
+
+
+@pytest.mark.parametrize(
+    ("patch", "fragment"),
+    [
+        (
+            {"tiers": [{"name": "a", "precision": "int3", "endpoints": ["http://x/v1"]}]},
+            "tiers.0.precision",
+        ),
+        ({"tiers": [{"name": "a", "precision": "bf16", "endpoints": ["http://x/v1"]}]}, "tiers"),
+        (
+            {"tiers": [{"name": "a", "precision": "bf16", "endpoints": ["ftp://x"]}] * 2},
+            "tiers.0.endpoints",
+        ),
+        (
+            {"tenants": [{"name": "t", "api_keys": ["k"], "allowed_tiers": ["zzz"]}]},
+            "unknown tiers",
+        ),
+        ({"tenants": [{"name": "t", "thresholds": {"a": 1.5}}]}, "tenants.0.thresholds.a"),
+        (
+            {"tenants": [{"name": "t", "thresholds": {"a": 0.5}, "alpha": 0.9}]},
+            "either thresholds or alpha",
+        ),
+        ({"model": ""}, "model"),
+        ({"surprise": 1}, "surprise"),
+    ],
+)
+def test_invalid_config_names_the_field(patch: dict[str, object], fragment: str) -> None:
+    data = {**base(), **patch}
+    with pytest.raises(ConfigError) as caught:
+        parse_settings(data)
+    assert fragment in str(caught.value)
+
+
+def test_duplicate_names_rejected() -> None:
+    data = base()
+    data["tiers"] = [data["tiers"][0], data["tiers"][0]]  # type: ignore[index]
+    with pytest.raises(ConfigError, match="used twice"):
+        parse_settings(data)
+
+
+def test_serve_with_invalid_config_exits_2(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(VALID.replace("precision: w4a16", "precision: w3a16"))
+    result = subprocess.run(
+        [sys.executable, "-m", "gateway.cli.main", "serve", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "tiers.1.precision" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_serve_with_unreadable_yaml_exits_2(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("model: [unclosed")
+    result = subprocess.run(
+        [sys.executable, "-m", "gateway.cli.main", "serve", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    assert result.returncode == 2 and "not valid YAML" in result.stderr

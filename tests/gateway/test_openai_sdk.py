@@ -1,0 +1,180 @@
+"""The official OpenAI SDK against a running gateway with simulated tiers."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+
+import openai
+import pytest
+from openai import OpenAI
+
+from tests.helpers import API_KEY, MODEL, GatewayThread, Ladder
+
+
+@pytest.fixture()
+def client(gw: GatewayThread) -> OpenAI:
+    return OpenAI(base_url=f"{gw.url}/v1", api_key=API_KEY, max_retries=0, timeout=30)
+
+
+def test_chat_non_stream_names_the_serving_tier(client: OpenAI, gw: GatewayThread) -> None:
+    raw = client.chat.completions.with_raw_response.create(
+        model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=8
+    )
+    completion = raw.parse()
+    assert raw.headers["x-tiergate-tier"] == "bf16"  # the placeholder policy: top tier
+    assert float(raw.headers["x-tiergate-overhead-ms"]) >= 0.0
+    assert completion.model == MODEL  # rewritten from the tier's served name
+    assert completion.choices[0].message.content
+    assert completion.usage is not None and completion.usage.completion_tokens == 8
+    labels = {"tenant": "default", "tier": "bf16"}
+    deadline = time.monotonic() + 5
+    while gw.metric("tiergate_completion_tokens_total", labels) < 8 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert gw.metric("tiergate_completion_tokens_total", labels) >= 8
+
+
+def test_chat_stream_with_usage(client: OpenAI) -> None:
+    chunks = list(
+        client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "tell me something"}],
+            max_tokens=12,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    assert all(chunk.model == MODEL for chunk in chunks)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert len(text.split()) == 12
+    usage = chunks[-1].usage
+    assert chunks[-1].choices == [] and usage is not None
+    assert usage.completion_tokens == 12 and usage.prompt_tokens > 0
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+
+
+def test_stream_without_usage_hides_it_but_counts_tokens(client: OpenAI, gw: GatewayThread) -> None:
+    labels = {"tenant": "default", "tier": "nvfp4"}
+    before = gw.metric("tiergate_completion_tokens_total", labels)
+    chunks = list(
+        client.chat.completions.create(
+            model=f"{MODEL}@nvfp4",
+            messages=[{"role": "user", "content": "hello"}],
+            max_tokens=9,
+            stream=True,
+        )
+    )
+    # The gateway asked upstream for usage itself; the client did not, so it sees none.
+    assert all(chunk.usage is None for chunk in chunks)
+    assert all(chunk.choices for chunk in chunks)
+    assert gw.settled_metric("tiergate_completion_tokens_total", labels, before + 9) == before + 9
+
+
+def test_completions_stream_and_not(client: OpenAI) -> None:
+    completion = client.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=6)
+    assert completion.model == MODEL and len(completion.choices[0].text.split()) == 6
+    chunks = list(
+        client.completions.create(
+            model=MODEL,
+            prompt="Once upon a time",
+            max_tokens=6,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == completion.choices[0].text
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 6
+
+
+def test_models_lists_public_name_and_pins(client: OpenAI) -> None:
+    ids = [model.id for model in client.models.list()]
+    assert ids == [MODEL, f"{MODEL}@nvfp4", f"{MODEL}@w4a16", f"{MODEL}@bf16"]
+
+
+def test_tool_call_round_trip(client: OpenAI) -> None:
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "description": "Weather for a city",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+            },
+        }
+    ]
+    messages: list[dict[str, object]] = [{"role": "user", "content": "weather in Paris today"}]
+    first = client.chat.completions.create(model=MODEL, messages=messages, tools=tools)  # type: ignore[arg-type]
+    call = first.choices[0].message.tool_calls[0]  # type: ignore[index]
+    assert first.choices[0].finish_reason == "tool_calls"
+    assert call.function.name == "get_weather"
+    assert "Paris" in json.loads(call.function.arguments)["query"]
+    messages += [
+        first.choices[0].message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": "sunny, 21 C"},
+    ]
+    second = client.chat.completions.create(model=MODEL, messages=messages, tools=tools)  # type: ignore[arg-type]
+    assert second.choices[0].finish_reason in {"stop", "length"}
+    assert second.choices[0].message.content
+
+
+@pytest.mark.parametrize("how", ["suffix", "header"])
+def test_pinning(client: OpenAI, ladder: Ladder, how: str) -> None:
+    w4a16 = ladder.sims[1]
+    before = w4a16.stats()["requests"]
+    kwargs: dict[str, object] = (
+        {"model": f"{MODEL}@w4a16"}
+        if how == "suffix"
+        else {"model": MODEL, "extra_headers": {"x-tiergate-tier": "w4a16"}}
+    )
+    raw = client.chat.completions.with_raw_response.create(
+        messages=[{"role": "user", "content": "hi"}],
+        max_tokens=4,
+        **kwargs,  # type: ignore[arg-type]
+    )
+    assert raw.headers["x-tiergate-tier"] == "w4a16"
+    assert raw.parse().model == MODEL
+    assert w4a16.stats()["requests"] == before + 1
+
+
+def test_client_disconnect_cancels_upstream(ladder: Ladder) -> None:
+    slow = Ladder.start(extra_args=("--time-scale", "50"))
+    try:
+        with GatewayThread(slow.settings()) as running:
+            bf16 = slow.sims[2]
+            conn = http.client.HTTPConnection("127.0.0.1", running.port, timeout=30)
+            body = {
+                "model": MODEL,
+                "messages": [{"role": "user", "content": "hi"}],
+                "max_tokens": 2000,
+                "stream": True,
+            }
+            conn.request(
+                "POST",
+                "/v1/chat/completions",
+                body=json.dumps(body),
+                headers={"authorization": f"Bearer {API_KEY}", "content-type": "application/json"},
+            )
+            response = conn.getresponse()
+            assert response.status == 200
+            assert response.readline().startswith(b"data: ")
+            conn.close()
+            # The client closed the stream after one event; the engine must drop the sequence.
+            deadline = time.monotonic() + 10
+            while bf16.stats()["aborted"] < 1 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            stats = bf16.stats()
+            assert stats["aborted"] == 1
+            assert stats["running"] == 0
+            assert stats["generation_tokens"] < 2000
+    finally:
+        slow.stop()
+
+
+def test_upstream_error_status_is_relayed_for_client_mistakes(client: OpenAI) -> None:
+    # max_tokens beyond the context window: vLLM (and the simulator) answer 400.
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=10_000_000
+        )
+    assert "max_tokens" in str(caught.value)

@@ -1,0 +1,203 @@
+"""Request fields and response bytes pass through untouched, but for the model name."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pytest
+
+from gateway.config import parse_settings
+from tests.fakes import FakeUpstream, Reply
+from tests.helpers import API_KEY, MODEL, GatewayThread
+
+
+@pytest.fixture()
+def upstream_pair() -> Iterator[tuple[FakeUpstream, FakeUpstream, GatewayThread]]:
+    with FakeUpstream() as cheap, FakeUpstream() as top:
+        settings = parse_settings(
+            {
+                "model": MODEL,
+                "tiers": [
+                    {
+                        "name": "nvfp4",
+                        "precision": "nvfp4",
+                        "endpoints": [cheap.url],
+                        "served_model_name": "served/cheap",
+                    },
+                    {
+                        "name": "bf16",
+                        "precision": "bf16",
+                        "endpoints": [top.url],
+                        "served_model_name": "served/top",
+                    },
+                ],
+                "tenants": [{"name": "t", "api_keys": [API_KEY]}],
+            }
+        )
+        with GatewayThread(settings) as gw:
+            yield cheap, top, gw
+
+
+def call(
+    gw: GatewayThread, body: dict[str, Any], path: str = "/v1/chat/completions"
+) -> tuple[int, dict[str, str], bytes]:
+    request = urllib.request.Request(
+        f"{gw.url}{path}", data=json.dumps(body).encode(), method="POST"
+    )
+    request.add_header("authorization", f"Bearer {API_KEY}")
+    request.add_header("content-type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return (
+                response.status,
+                {k.lower(): v for k, v in response.headers.items()},
+                response.read(),
+            )
+    except urllib.error.HTTPError as exc:
+        return exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read()
+
+
+EVERY_FIELD = {
+    "model": MODEL,
+    "messages": [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": [{"type": "text", "text": 'hé ☃ \u2028 "quoted"'}]},
+    ],
+    "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+    "tool_choice": {"type": "function", "function": {"name": "f"}},
+    "response_format": {
+        "type": "json_schema",
+        "json_schema": {"name": "x", "schema": {"type": "object"}},
+    },
+    "logprobs": True,
+    "top_logprobs": 3,
+    "n": 2,
+    "seed": 7,
+    "stop": ["\n\n", "END"],
+    "temperature": 0.25,
+    "max_tokens": 17,
+    "vllm_xargs": {"custom": [1, 2.5, None, True]},
+    "guided_json": {"type": "object"},
+    "some_future_field": {"nested": {"deep": "value"}},
+}
+
+
+def test_every_request_field_passes_untouched(
+    upstream_pair: tuple[FakeUpstream, FakeUpstream, GatewayThread],
+) -> None:
+    _, top, gw = upstream_pair
+    top.reply = Reply(body=b'{"id":"x","model":"served/top","choices":[]}')
+    status, _, _ = call(gw, EVERY_FIELD)
+    assert status == 200
+    path, _ = top.received[-1]
+    assert path == "/v1/chat/completions"
+    assert top.last_json() == {**EVERY_FIELD, "model": "served/top"}
+
+
+def test_response_bytes_relayed_with_only_the_model_rewritten(
+    upstream_pair: tuple[FakeUpstream, FakeUpstream, GatewayThread],
+) -> None:
+    _, top, gw = upstream_pair
+    body = (
+        b'{"id":"chatcmpl-1","object":"chat.completion","model":"served/top","choices":[{"index":0,'
+        b'"message":{"role":"assistant","content":"the \\"model\\":\\"served/top\\" text stays \\u2603"}}],'
+        b'"usage":{"prompt_tokens":3,"total_tokens":5,"completion_tokens":2},"extra":[1.50,1e3]}'
+    )
+    top.reply = Reply(body=body)
+    status, headers, relayed = call(
+        gw, {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+    )
+    assert status == 200
+    assert relayed == body.replace(b'"model":"served/top"', f'"model":"{MODEL}"'.encode(), 1)
+    assert headers["x-tiergate-tier"] == "bf16"
+    assert (
+        gw.settled_metric("tiergate_completion_tokens_total", {"tenant": "t", "tier": "bf16"}, 2)
+        == 2
+    )
+
+
+def test_sse_events_relayed_faithfully_across_odd_splits(
+    upstream_pair: tuple[FakeUpstream, FakeUpstream, GatewayThread],
+) -> None:
+    cheap, _, gw = upstream_pair
+    events = [
+        b'data: {"id":"c","object":"chat.completion.chunk","model":"served/cheap","choices":[{"index":0,"delta":{"content":"a\\n\\nb"}}]}\n\n',
+        b'data: {"id":"c","object":"chat.completion.chunk","model":"served/cheap","choices":[{"index":0,"delta":{"content":"c"},"finish_reason":"stop"}]}\n\n',
+        b'data: {"id":"c","object":"chat.completion.chunk","model":"served/cheap","choices":[],"usage":{"prompt_tokens":4,"total_tokens":6,"completion_tokens":2}}\n\n',
+        b"data: [DONE]\n\n",
+    ]
+    stream = b"".join(events)
+    # Cut the byte stream at awkward places: inside JSON, inside the event separator.
+    cuts = [
+        0,
+        7,
+        60,
+        len(events[0]) - 1,
+        len(events[0]) + 3,
+        len(events[0]) + len(events[1]),
+        len(stream),
+    ]
+    cheap.reply = Reply(
+        pieces=[stream[a:b] for a, b in itertools.pairwise(cuts)], content_type=b"text/event-stream"
+    )
+    status, headers, relayed = call(
+        gw,
+        {
+            "model": f"{MODEL}@nvfp4",
+            "messages": [{"role": "user", "content": "x"}],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
+    )
+    assert status == 200 and headers["content-type"].startswith("text/event-stream")
+    assert relayed == stream.replace(b'"model":"served/cheap"', f'"model":"{MODEL}"'.encode())
+    assert cheap.last_json()["stream_options"] == {"include_usage": True}
+
+
+def test_usage_event_is_removed_when_only_the_gateway_asked(
+    upstream_pair: tuple[FakeUpstream, FakeUpstream, GatewayThread],
+) -> None:
+    cheap, _, gw = upstream_pair
+    events = [
+        b'data: {"id":"c","model":"served/cheap","choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n',
+        b'data: {"id":"c","model":"served/cheap","choices":[],"usage":{"prompt_tokens":4,"total_tokens":5,"completion_tokens":1}}\n\n',
+        b"data: [DONE]\n\n",
+    ]
+    cheap.reply = Reply(pieces=events, content_type=b"text/event-stream")
+    status, _, relayed = call(
+        gw,
+        {"model": f"{MODEL}@nvfp4", "messages": [{"role": "user", "content": "x"}], "stream": True},
+    )
+    assert status == 200
+    assert cheap.last_json()["stream_options"] == {"include_usage": True}
+    assert relayed == events[0].replace(b"served/cheap", MODEL.encode()) + events[2]
+    assert (
+        gw.settled_metric("tiergate_prompt_tokens_total", {"tenant": "t", "tier": "nvfp4"}, 4) == 4
+    )
+
+
+def test_completions_endpoint_forwards_to_completions(
+    upstream_pair: tuple[FakeUpstream, FakeUpstream, GatewayThread],
+) -> None:
+    _, top, gw = upstream_pair
+    top.reply = Reply(
+        body=orjson.dumps({"id": "cmpl", "model": "served/top", "choices": [{"text": "ok"}]})
+    )
+    status, _, relayed = call(
+        gw,
+        {"model": MODEL, "prompt": ["a", "b"], "echo": True, "best_of": 2},
+        path="/v1/completions",
+    )
+    assert status == 200 and orjson.loads(relayed)["model"] == MODEL
+    assert top.received[-1][0] == "/v1/completions"
+    assert top.last_json() == {
+        "model": "served/top",
+        "prompt": ["a", "b"],
+        "echo": True,
+        "best_of": 2,
+    }

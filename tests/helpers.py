@@ -1,0 +1,225 @@
+"""Test harness: real sockets on 127.0.0.1 for simulated tiers and the gateway.
+
+Simulated tiers run as child processes (as `tiergate up` runs them); the gateway runs
+in-process on a background thread so tests can read its metrics registry directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from prometheus_client import CollectorRegistry
+
+from gateway.app import Gateway, PolicyFactory, build_app
+from gateway.config import Settings, parse_settings
+from gateway.launcher import SimSpec, gateway_config, stop_processes, wait_healthy
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+API_KEY = "sk-test-key"
+MODEL = "qwen3-30b-a3b"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def http_json(
+    method: str, url: str, body: Any = None, headers: dict[str, str] | None = None
+) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method, headers=headers or {})
+    if data is not None:
+        request.add_header("content-type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            payload = response.read()
+            status = response.status
+    except urllib.error.HTTPError as exc:
+        payload, status = exc.read(), exc.code
+    try:
+        return status, json.loads(payload) if payload else None
+    except json.JSONDecodeError:
+        return status, payload.decode()
+
+
+@dataclass
+class Sim:
+    """A simulated tier process."""
+
+    precision: str
+    port: int
+    served_model_name: str
+    process: subprocess.Popen[bytes] | None = None
+    extra_args: tuple[str, ...] = ()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> Sim:
+        spec = SimSpec(
+            self.precision, self.port, self.served_model_name, extra_args=self.extra_args
+        )
+        self.process = subprocess.Popen(spec.argv(), start_new_session=True)
+        wait_healthy(f"{self.url}/health", 30, self.process)
+        return self
+
+    def stop(self) -> None:
+        if self.process is not None:
+            stop_processes([self.process])
+            self.process = None
+
+    def faults(self, **changes: Any) -> dict[str, Any]:
+        status, body = http_json("POST", f"{self.url}/sim/faults", changes)
+        assert status == 200, body
+        return dict(body)
+
+    def stats(self) -> dict[str, Any]:
+        status, body = http_json("GET", f"{self.url}/sim/stats")
+        assert status == 200, body
+        return dict(body)
+
+    def metrics_text(self) -> str:
+        with urllib.request.urlopen(f"{self.url}/metrics", timeout=10) as response:
+            return str(response.read().decode())
+
+
+@dataclass
+class Ladder:
+    """Three simulated tiers, cheapest first."""
+
+    sims: list[Sim] = field(default_factory=list)
+
+    @classmethod
+    def start(
+        cls, precisions: Sequence[str] = ("nvfp4", "w4a16", "bf16"), extra_args: Sequence[str] = ()
+    ) -> Ladder:
+        ladder = cls(
+            [Sim(p, free_port(), f"{MODEL}-{p}", extra_args=tuple(extra_args)) for p in precisions]
+        )
+        try:
+            for sim in ladder.sims:
+                sim.start()
+        except BaseException:
+            ladder.stop()
+            raise
+        return ladder
+
+    def stop(self) -> None:
+        for sim in self.sims:
+            sim.stop()
+
+    def settings(self, **overrides: Any) -> Settings:
+        data: dict[str, Any] = {
+            "model": MODEL,
+            "tiers": [
+                {
+                    "name": sim.precision,
+                    "precision": sim.precision,
+                    "endpoints": [f"{sim.url}/v1"],
+                    "served_model_name": sim.served_model_name,
+                }
+                for sim in self.sims
+            ],
+            "tenants": [{"name": "default", "api_keys": [API_KEY]}],
+        }
+        data.update(overrides)
+        return parse_settings(data)
+
+
+class GatewayThread:
+    """The gateway under uvicorn on a background thread, on a free port."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        policy_factory: PolicyFactory | None = None,
+        environ: dict[str, str] | None = None,
+    ) -> None:
+        self.registry = CollectorRegistry()
+        self.port = free_port()
+        self.app: Gateway = build_app(
+            settings,
+            registry=self.registry,
+            environ=environ if environ is not None else {},
+            policy_factory=policy_factory,
+            health_interval_s=0.5,
+        )
+        config = gateway_config(self.app, "127.0.0.1", self.port, log_level="warning")
+        self.server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=lambda: asyncio.run(self.server.serve()), daemon=True
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> GatewayThread:
+        self._thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("gateway did not start")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self._thread.join(timeout=30)
+
+    def metric(self, name: str, labels: dict[str, str] | None = None) -> float:
+        value = self.registry.get_sample_value(name, labels or {})
+        return 0.0 if value is None else float(value)
+
+    def settled_metric(
+        self, name: str, labels: dict[str, str] | None = None, expected: float | None = None
+    ) -> float:
+        """The metric once the request that should move it has been recorded.
+
+        A request is recorded just after its last byte is sent, so a client can finish
+        reading before the counter moves; wait briefly for `expected` (or any change).
+        """
+        deadline = time.monotonic() + 5
+        value = self.metric(name, labels)
+        while time.monotonic() < deadline and (
+            value != expected if expected is not None else False
+        ):
+            time.sleep(0.01)
+            value = self.metric(name, labels)
+        return value
+
+
+@contextlib.contextmanager
+def gateway(settings: Settings, **kwargs: Any) -> Iterator[GatewayThread]:
+    with GatewayThread(settings, **kwargs) as running:
+        yield running
+
+
+def require_shared_data(relative: str) -> Path:
+    """A shared data file; absent data fails in CI and skips elsewhere."""
+    import pytest
+
+    path = SHARED_DATA / relative
+    if not path.exists():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"shared data missing in CI: {path}")
+        pytest.skip(f"shared data not available: {path}")
+    return path
