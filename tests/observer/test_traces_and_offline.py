@@ -1,0 +1,156 @@
+"""Trace readers, the offline regime and `tiergate regime`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gateway.cli.main import app
+from gateway.observer.offline_regime import chat_regime, concurrency_stats, length_regime
+from gateway.observer.traces import (
+    WordTokenizer,
+    detect_format,
+    parse_azure_csv,
+    parse_chat,
+    parse_mooncake,
+    read_trace,
+)
+
+runner = CliRunner()
+
+
+def test_concurrency_stats_time_weighted() -> None:
+    # Two requests overlap for 1 s of a 4 s span: level 1 for 2 s, 2 for 1 s, 0 for 1 s.
+    stats = concurrency_stats([(0.0, 2.0), (1.0, 3.0), (3.5, 4.0)])
+    assert stats.span_s == 4.0
+    assert stats.mean == pytest.approx((2 * 1 + 2 * 1 + 0.5) / 4.0)
+    assert (stats.p50, stats.p95, stats.max) == (1.0, 2.0, 2.0)
+    assert concurrency_stats([]).mean == 0.0
+    with pytest.raises(ValueError):
+        concurrency_stats([(2.0, 1.0)])
+
+
+def test_parsers() -> None:
+    moon = parse_mooncake(
+        [
+            '{"timestamp": 1500, "input_length": 600, "output_length": 5, "hash_ids": [0, 1]}',
+            '{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [2]}',
+        ]
+    )
+    assert [r.arrival_s for r in moon] == [0.0, 1.5] and moon[1].hash_ids == (0, 1)
+    azure = parse_azure_csv(
+        [
+            "TIMESTAMP,ContextTokens,GeneratedTokens",
+            "2023-11-16 18:17:04.0319600,3180,8",
+            "2023-11-16 18:17:03.9799600,4808,10",
+        ]
+    )
+    assert azure[0].input_length == 4808 and azure[1].arrival_s == pytest.approx(0.052)
+    with pytest.raises(ValueError, match="mooncake line 1"):
+        parse_mooncake(['{"timestamp": 1}'])
+    sharegpt = parse_chat(
+        '[{"id": "a", "conversations": [{"from": "human", "value": "hi"},'
+        ' {"from": "gpt", "value": "hello"}]}]'
+    )
+    assert [t.role for t in sharegpt[0].turns] == ["user", "assistant"]
+    jsonl = parse_chat('{"messages": [{"role": "user", "content": "x"}]}\n')
+    assert jsonl[0].turns[0].text == "x"
+    assert detect_format(Path("t.csv"), "") == "azure"
+    assert detect_format(Path("t.jsonl"), '{"hash_ids": [1]}') == "mooncake"
+    with pytest.raises(ValueError, match="--format"):
+        detect_format(Path("t.txt"), "hello")
+
+
+def test_word_tokenizer_is_deterministic() -> None:
+    a, b = WordTokenizer(), WordTokenizer()
+    text = "def f(x):\n    return x + 1  # again: f(x)"
+    assert a.encode(text) == b.encode(text)
+    ids = a.encode(text)
+    assert ids[:5] == [0, 1, 2, 3, 4]  # def f ( x )
+    assert ids.count(a.encode("f")[0]) == 2
+    assert len(a) == len(set(ids))
+
+
+def test_chat_regime_with_replies() -> None:
+    convs = parse_chat(
+        json.dumps(
+            [
+                {
+                    "id": "1",
+                    "conversations": [
+                        {"from": "human", "value": "please repeat: the quick brown fox jumps"},
+                        {"from": "gpt", "value": "the quick brown fox jumps"},
+                        {"from": "human", "value": "again please"},
+                        {"from": "gpt", "value": "the quick brown fox jumps"},
+                    ],
+                }
+            ]
+        )
+    )
+    out = chat_regime(convs, block_size=4)
+    assert out["r"]["source"] == "assistant replies"
+    assert out["r"]["r_iid"] > 0.3  # the replies copy the context
+    # Prompts of 10 and 21 word tokens; the second reuses the first's 2 full blocks.
+    assert out["rho"]["unbounded"] == pytest.approx(8 / 31)
+    assert out["concurrency"] == {"mean": None, "p50": None, "p95": None}
+
+
+def test_length_regime_shape() -> None:
+    out = length_regime(parse_azure_csv(["TIMESTAMP,ContextTokens,GeneratedTokens"]))
+    assert out["requests"] == 0 and out["rho"] == {"unbounded": None, "lru": None}
+
+
+def _regime(args: list[str]) -> dict[str, object]:
+    result = runner.invoke(app, ["regime", *args])
+    assert result.exit_code == 0, result.output
+    doc: dict[str, object] = json.loads(result.stdout)
+    return doc
+
+
+def test_regime_cli_mooncake(shared_data: Path) -> None:
+    trace = shared_data / "traces" / "mooncake_conversation_trace.jsonl"
+    doc = _regime(["--trace", str(trace), "--json", "--format", "mooncake"])
+    assert set(doc) >= {"concurrency", "rho", "r"}
+    assert doc["rho"]["unbounded"] == pytest.approx(0.3736, abs=1e-4)  # type: ignore[index]
+    assert doc["rho"]["capacity_blocks"] == 2602  # type: ignore[index]  # B200 bf16
+    assert set(doc["concurrency"]) >= {"mean", "p50", "p95"}  # type: ignore[arg-type]
+
+
+def test_regime_cli_azure(shared_data: Path) -> None:
+    doc = _regime(["--trace", str(shared_data / "traces" / "azure2023_code.csv"), "--json"])
+    conc = doc["concurrency"]
+    assert conc["mean"] > 0 and conc["p95"] >= conc["p50"]  # type: ignore[index]
+    assert doc["service_model"] == {
+        "prefill_tokens_per_s": 10000.0,
+        "tpot_s": 0.025,
+        "queue_s": 0.0,
+    }
+    slower = _regime(
+        ["--trace", str(shared_data / "traces" / "azure2023_code.csv"), "--json", "--tpot-ms", "50"]
+    )
+    assert slower["concurrency"]["mean"] > conc["mean"]  # type: ignore[index]
+
+
+def test_regime_cli_sharegpt(shared_data: Path) -> None:
+    path = shared_data / "traces" / "sharegpt" / "ShareGPT_V3_filtered_1000.json"
+    doc = _regime(["--trace", str(path), "--json"])
+    r = doc["r"]
+    assert 0.0 < r["r_iid"] < 0.5 and r["source"].startswith("self-replay")  # type: ignore[index]
+    assert doc["rho"]["tokenizer"] == "word"  # type: ignore[index]
+    # The same trace read twice gives the same numbers (deterministic tokenizer).
+    again = _regime(["--trace", str(path), "--json"])
+    assert again == doc
+
+
+def test_regime_cli_table_and_errors(shared_data: Path, tmp_path: Path) -> None:
+    path = shared_data / "traces" / "azure2023_conv.csv"
+    table = runner.invoke(app, ["regime", "--trace", str(path)])
+    assert table.exit_code == 0 and "C mean" in table.stdout
+    bad = tmp_path / "x.txt"
+    bad.write_text("nothing")
+    result = runner.invoke(app, ["regime", "--trace", str(bad)])
+    assert result.exit_code == 2 and "--format" in result.output
+    assert read_trace(path).format == "azure"
