@@ -1,0 +1,103 @@
+"""Parsing vLLM's /metrics exposition, produced here with prometheus_client like vLLM does."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from gateway.observer.vllm_metrics import counter_deltas, parse_vllm_metrics
+
+LABELS = ["model_name", "engine"]
+
+
+def exposition(scale: float = 1.0, with_spec: bool = True, model: str = "qwen") -> str:
+    reg = CollectorRegistry()
+    Gauge("vllm:num_requests_running", "", LABELS, registry=reg).labels(model, "0").set(6)
+    Gauge("vllm:num_requests_waiting", "", LABELS, registry=reg).labels(model, "0").set(2)
+    Gauge("vllm:kv_cache_usage_perc", "", LABELS, registry=reg).labels(model, "0").set(0.4)
+    counters = {
+        "vllm:prefix_cache_queries": 1000,
+        "vllm:prefix_cache_hits": 400,
+        "vllm:generation_tokens": 3000,
+        "vllm:prompt_tokens": 20000,
+        "vllm:num_preemptions": 0,
+    }
+    if with_spec:
+        counters |= {
+            "vllm:spec_decode_num_drafts": 800,
+            "vllm:spec_decode_num_draft_tokens": 3200,
+            "vllm:spec_decode_num_accepted_tokens": 1000,
+        }
+    for name, value in counters.items():
+        c = Counter(name, "", LABELS, registry=reg)
+        c.labels(model, "0").inc(value * scale)
+        c.labels(model, "1").inc(value * scale)  # a second engine (data parallel)
+    success = Counter("vllm:request_success", "", [*LABELS, "finished_reason"], registry=reg)
+    success.labels(model, "0", "stop").inc(8 * scale)
+    success.labels(model, "0", "length").inc(2 * scale)
+    Histogram("vllm:iteration_tokens_total", "", LABELS, registry=reg).labels(model, "0").observe(3)
+    info = Gauge(
+        "vllm:cache_config_info",
+        "",
+        [
+            "block_size",
+            "num_gpu_blocks",
+            "enable_prefix_caching",
+            "cache_dtype",
+            "gpu_memory_utilization",
+        ],
+        registry=reg,
+    )
+    info.labels("16", "81920", "True", "bfloat16", "0.92").set(1)
+    return generate_latest(reg).decode()
+
+
+def test_parse_snapshot() -> None:
+    snap = parse_vllm_metrics(exposition())
+    assert (snap.num_requests_running, snap.num_requests_waiting) == (6, 2)
+    assert snap.concurrency == 8
+    assert snap.prefix_cache_queries == 2000 and snap.prefix_cache_hits == 800  # two engines
+    assert snap.spec_decode_num_accepted_tokens == 2000
+    assert snap.request_success == 10
+    assert snap.kv_cache_usage_perc == pytest.approx(0.4)
+    info = snap.cache_config
+    assert info is not None
+    assert (info.num_gpu_blocks, info.block_size, info.enable_prefix_caching) == (81920, 16, True)
+    assert info.gpu_memory_utilization == 0.92 and info.cache_dtype == "bfloat16"
+    assert info.knee(4096) == 320
+
+
+def test_absent_counters_are_none() -> None:
+    snap = parse_vllm_metrics(exposition(with_spec=False))
+    assert snap.spec_decode_num_drafts is None
+    empty = parse_vllm_metrics("")
+    assert empty.concurrency is None and empty.cache_config is None
+
+
+def test_model_filter() -> None:
+    assert parse_vllm_metrics(exposition(), model_name="other").prefix_cache_hits is None
+
+
+def test_deltas_and_derived_quantities() -> None:
+    a, b = parse_vllm_metrics(exposition(1.0)), parse_vllm_metrics(exposition(3.0))
+    d = counter_deltas(a, b)
+    assert d.prefix_cache_queries == 4000 and d.rho == pytest.approx(0.4)
+    # A_obs = gen / (gen - accepted) = 12000 / (12000 - 4000).
+    assert d.tokens_per_round == pytest.approx(1.5)
+    assert d.coverage == pytest.approx(3200 / 8000)
+    assert d.l_in == pytest.approx(80000 / 20) and d.l_out == pytest.approx(12000 / 20)
+    # A restart resets counters: the new values count on their own.
+    assert counter_deltas(b, a).prefix_cache_queries == 2000
+    summed = d + d
+    assert summed.prefix_cache_hits == 2 * 1600 and summed.rho == pytest.approx(0.4)
+
+
+def test_no_spec_no_a_obs() -> None:
+    a = parse_vllm_metrics(exposition(1.0, with_spec=False))
+    b = parse_vllm_metrics(exposition(2.0, with_spec=False))
+    assert counter_deltas(a, b).tokens_per_round is None
+
+
+def test_malformed_text() -> None:
+    with pytest.raises(ValueError):
+        parse_vllm_metrics("vllm:num_requests_running{engine=0 1\n")
