@@ -182,7 +182,7 @@ tiergate is up at {url}  (tiers, cheapest first: {", ".join(tiers)})
   client = OpenAI(base_url="{url}/v1", api_key="{api_key}")
   for chunk in client.chat.completions.create(
           model="{model}", messages=[{{"role": "user", "content": "hi"}}], stream=True):
-      print(chunk.choices[0].delta.content or "" if chunk.choices else "", end="")
+      print((chunk.choices[0].delta.content or "") if chunk.choices else "", end="")
   EOF
 
   The x-tiergate-tier response header names the tier that served; pin one with
