@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GatewayError",
+    "GatewayTier",
     "app",
     "fetch_gateway_regime",
     "parse_regime",
@@ -113,27 +115,42 @@ def _first(*values: Any) -> float | None:
     return None
 
 
-def tier_regimes_from_gateway(
-    doc: dict[str, Any],
-) -> dict[str, tuple[Precision | None, Regime | None, str]]:
-    """Per tier: its precision, the regime to plan for (None without traffic) and where rho
-    and r came from. rho prefers the engine counters (exact, APC on), then the LRU replay;
-    r prefers the live spec-decode counters (speculation on), then the replayed r_iid."""
-    from gateway.planner.planner import Regime
+@dataclass(frozen=True)
+class GatewayTier:
+    """One tier of `/admin/regime`, ready to plan."""
 
-    out: dict[str, tuple[Precision | None, Regime | None, str]] = {}
+    precision: Precision | None
+    regime: Regime | None  # None: no traffic in the window
+    source: str
+    current: TierConfig | None = None
+
+
+def tier_regimes_from_gateway(doc: dict[str, Any]) -> dict[str, GatewayTier]:
+    """Per tier: its precision, the regime to plan for and where rho and r came from. rho
+    prefers the engine counters (exact, APC on), then the LRU replay; r prefers the live
+    spec-decode counters (speculation on), then the replayed r_iid. An optional
+    `"current": {"speculative", "prefix_caching"}` tells what the tier runs with now."""
+    from gateway.planner.planner import Regime, TierConfig
+
+    out: dict[str, GatewayTier] = {}
     for name, tier in doc["tiers"].items():
         if not isinstance(tier, dict):
             continue
         raw_precision = tier.get("precision")
         precision = _precision(raw_precision) if isinstance(raw_precision, str) else None
+        flags = tier.get("current")
+        current = None
+        if precision is not None and isinstance(flags, dict):
+            current = TierConfig(
+                precision, bool(flags.get("speculative")), bool(flags.get("prefix_caching"))
+            )
         conc = tier.get("concurrency") or {}
         rho = tier.get("rho") or {}
         r = tier.get("r") or {}
         lengths = tier.get("lengths") or {}
         c = _first(conc.get("mean"))
         if c is None or c <= 0:
-            out[str(name)] = (precision, None, "no traffic in the window")
+            out[str(name)] = GatewayTier(precision, None, "no traffic in the window", current)
             continue
         rho_v = _first(rho.get("engine"), rho.get("lru"), rho.get("unbounded"))
         r_v = _first(r.get("r_engine"), r.get("r_iid"))
@@ -143,17 +160,14 @@ def tier_regimes_from_gateway(
             f"{'engine' if _first(r.get('r_engine')) is not None else 'replay'}"
             f" ({'none: 0' if r_v is None else f'{r_v:.3f}'})"
         )
-        out[str(name)] = (
-            precision,
-            Regime(
-                concurrency=c,
-                rho=min(max(rho_v or 0.0, 0.0), 1.0),
-                r=min(max(r_v or 0.0, 0.0), 1.0),
-                l_in=_first(lengths.get("l_in")),
-                l_out=_first(lengths.get("l_out")),
-            ),
-            source,
+        regime = Regime(
+            concurrency=c,
+            rho=min(max(rho_v or 0.0, 0.0), 1.0),
+            r=min(max(r_v or 0.0, 0.0), 1.0),
+            l_in=_first(lengths.get("l_in")),
+            l_out=_first(lengths.get("l_out")),
         )
+        out[str(name)] = GatewayTier(precision, regime, source, current)
     return out
 
 
@@ -294,17 +308,19 @@ def _gateway_plans(
 
     doc = fetch_gateway_regime(url, os.environ.get(ADMIN_TOKEN_ENV))
     tiers: dict[str, dict[str, Any]] = {}
-    for name, (precision, reg, source) in tier_regimes_from_gateway(doc).items():
+    for name, tier in tier_regimes_from_gateway(doc).items():
+        reg, precision = tier.regime, tier.precision
         if reg is None:
-            typer.echo(f"note: tier {name}: {source}; skipped", err=True)
+            typer.echo(f"note: tier {name}: {tier.source}; skipped", err=True)
             continue
+        now = tier.current or current
         if precision is not None and not reselect:
             # A tier's precision is fixed by the routing ladder: only its toggles are planned,
             # so the quality floor (a precision filter) does not apply.
-            result = plan_tier(reg, settings, [precision], current, q_min=0.0)
+            result = plan_tier(reg, settings, [precision], now, q_min=0.0)
         else:
-            result = plan_tier(reg, settings, candidates, current, q_min=q_min)
-        tiers[name] = _plan_doc(name, reg, result, source)
+            result = plan_tier(reg, settings, candidates, now, q_min=q_min)
+        tiers[name] = _plan_doc(name, reg, result, tier.source)
     return tiers
 
 

@@ -162,6 +162,7 @@ def test_plan_from_gateway(admin_server: str) -> None:
                 "concurrency": {"mean": 256.0},
                 "rho": {"unbounded": 0.9, "lru": 0.7},
                 "r": {"r_iid": 0.30},
+                "current": {"speculative": True, "prefix_caching": False},
             },
             "strong": {
                 "precision": "bf16",
@@ -188,6 +189,20 @@ def test_plan_from_gateway(admin_server: str) -> None:
     assert strong["precision"] == "bf16"
     assert strong["regime"]["rho"] == 0.45 and strong["regime"]["r"] == 0.05  # engine first
     assert (strong["speculative"], strong["prefix_caching"]) == (False, True)
+    # Re-choosing precisions: the cheap tier's running flags are reported as not inherited.
+    moved = _json(
+        [
+            "plan",
+            "--from-gateway",
+            admin_server,
+            "--json",
+            "--reselect-precision",
+            "--candidates",
+            "fp16,nvfp4",
+        ],
+        env={"TIERGATE_ADMIN_TOKEN": "s3cret"},
+    )
+    assert moved["tiers"]["strong"]["precision"] == "nvfp4"
 
 
 def test_plan_from_gateway_errors(admin_server: str) -> None:
