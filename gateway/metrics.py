@@ -150,6 +150,136 @@ class GatewayMetrics:
             registry=registry,
             multiprocess_mode="livesum",
         )
+        self.circuit_state = Gauge(
+            "tiergate_circuit_state",
+            "Circuit breaker per endpoint: 0 closed, 1 half-open, 2 open.",
+            ["tier", "endpoint"],
+            registry=registry,
+            multiprocess_mode="max",
+        )
+        self.rejections = Counter(
+            "tiergate_rejections",
+            "Requests refused before reaching a tier, by tenant and reason "
+            "(rate_limit, token_limit, concurrency, saturated, draining).",
+            ["tenant", "reason"],
+            registry=registry,
+        )
+        self.queue_depth = Gauge(
+            "tiergate_queue_depth",
+            "Requests waiting at the gateway for a tier slot, by tier.",
+            ["tier"],
+            registry=registry,
+            multiprocess_mode="livesum",
+        )
+        # -- traffic regime and planner (per tier) ---------------------------------------
+        self.regime_concurrency = Gauge(
+            "tiergate_regime_concurrency",
+            "Observed concurrency C per tier over the rolling window (stat: mean, p50, p95).",
+            ["tier", "stat"],
+            registry=registry,
+            multiprocess_mode="max",
+        )
+        self.regime_prefix_share = Gauge(
+            "tiergate_regime_prefix_share",
+            "Prefix-share rate rho per tier (source: replay_unbounded, replay_lru, engine).",
+            ["tier", "source"],
+            registry=registry,
+            multiprocess_mode="max",
+        )
+        self.regime_repetitiveness = Gauge(
+            "tiergate_regime_repetitiveness",
+            "Repetitiveness r (i.i.d.-equivalent n-gram acceptance) per tier "
+            "(source: replay, engine).",
+            ["tier", "source"],
+            registry=registry,
+            multiprocess_mode="max",
+        )
+        self.flag_recommended = Gauge(
+            "tiergate_flag_recommended",
+            "1 when the planner recommends the flag on for the tier "
+            "(flag: speculative_decoding, prefix_caching).",
+            ["tier", "flag"],
+            registry=registry,
+            multiprocess_mode="max",
+        )
+        self.flag_running = Gauge(
+            "tiergate_flag_running",
+            "1 when the tier runs with the flag on (from config or vllm:cache_config_info).",
+            ["tier", "flag"],
+            registry=registry,
+            multiprocess_mode="max",
+        )
+        self.flag_drift = Gauge(
+            "tiergate_flag_drift",
+            "1 when the running flag differs from the recommendation.",
+            ["tier", "flag"],
+            registry=registry,
+            multiprocess_mode="max",
+        )
+        self.expected_cpt = Gauge(
+            "tiergate_planner_expected_cost_per_token_seconds",
+            "Cost model: GPU-seconds per output token at the recommended and the running "
+            "configuration (config: recommended, running).",
+            ["tier", "config"],
+            registry=registry,
+            multiprocess_mode="max",
+        )
+        # -- router calibration and shadow evaluation (per tenant and tier) ---------------
+        self.routing_pays = Gauge(
+            "tiergate_routing_pays",
+            "Pre-test per tenant: 1 when routing beats the cheapest uniform tier meeting the "
+            "floor on validation data, 0 when it does not (thresholds then equal that tier).",
+            ["tenant"],
+            registry=registry,
+            multiprocess_mode="max",
+        )
+        self.shadow_requests = Counter(
+            "tiergate_shadow_requests",
+            "Shadow replays on the top tier by tenant, tier and outcome "
+            "(labelled, skipped_saturated, skipped_budget, failed, not_deterministic).",
+            ["tenant", "tier", "outcome"],
+            registry=registry,
+        )
+        self.shadow_labels = Counter(
+            "tiergate_shadow_labels",
+            "Adequacy labels from shadow evaluation by tenant, tier and verdict.",
+            ["tenant", "tier", "adequate"],
+            registry=registry,
+        )
+        self.calibration_predicted = Gauge(
+            "tiergate_calibration_predicted_adequacy",
+            "Mean predicted P(adequate) of shadow-labelled requests over the recent window.",
+            ["tenant", "tier"],
+            registry=registry,
+            multiprocess_mode="max",
+        )
+        self.calibration_observed = Gauge(
+            "tiergate_calibration_observed_adequacy",
+            "Observed adequacy (shadow agreement with the top tier) over the recent window.",
+            ["tenant", "tier"],
+            registry=registry,
+            multiprocess_mode="max",
+        )
+        self.calibration_ece = Gauge(
+            "tiergate_calibration_ece",
+            "Expected calibration error of the tier's probabilities on recent shadow labels.",
+            ["tenant", "tier"],
+            registry=registry,
+            multiprocess_mode="max",
+        )
+        self.calibration_drift = Gauge(
+            "tiergate_calibration_drift",
+            "1 when observed adequacy falls below predicted by more than the alarm margin.",
+            ["tenant", "tier"],
+            registry=registry,
+            multiprocess_mode="max",
+        )
+        self.recalibrations = Counter(
+            "tiergate_recalibrations",
+            "Online recalibrations swapped in, by tenant.",
+            ["tenant"],
+            registry=registry,
+        )
         self.build_info = Info(
             "tiergate_build", "Version of the running gateway.", registry=registry
         )
