@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
@@ -252,9 +253,7 @@ class RegimeTracker:
             series.advance(now)
             series.level = max(0, series.level - 1)
 
-    def prompt_sampled(
-        self, tier: str, tenant: str, now: float, prompt_ids: list[int] | tuple[int, ...]
-    ) -> None:
+    def prompt_sampled(self, tier: str, tenant: str, now: float, prompt_ids: Sequence[int]) -> None:
         """A sampled prompt (token ids as the engine sees them, chat template included)."""
         state = self._tier(tier)
         hit_unbounded = state.unbounded.lookup_and_insert(prompt_ids)
@@ -271,8 +270,8 @@ class RegimeTracker:
         tier: str,
         tenant: str,
         now: float,
-        prompt_ids: list[int] | tuple[int, ...],
-        completion_ids: list[int] | tuple[int, ...],
+        prompt_ids: Sequence[int],
+        completion_ids: Sequence[int],
     ) -> None:
         """A sampled (prompt, completion) pair; replayed at once (O(len) work)."""
         cfg = self.config
@@ -307,7 +306,10 @@ class RegimeTracker:
         """The regime over the window ending at `now`; None fields mean "no data"."""
         key_tenant = ALL_TENANTS if tenant is None else self._fold(tier, tenant, create=False)
         state = self._tier(tier)
-        series = self._get_series(tier, key_tenant)
+        # Reporting on a tenant never seen must not allocate a series for it.
+        series = self._series.get((tier, key_tenant)) or _Series(
+            self._n_buckets, self.config.bucket_s
+        )
         series.advance(now)
         buckets = series.window(now)
 

@@ -103,7 +103,8 @@ class CostModel:
         return min(self.params.max_num_seqs, per_request)
 
     def b_eff(self, concurrency: float, p: Precision) -> float:
-        """B_eff(C, p) = min(C, K(p))."""
+        """B_eff(C, p) = min(C, K(p)). C below 1 is allowed: the GPU is then paid while idle,
+        so cost per token rises as 1/C."""
         if concurrency <= 0:
             raise ValueError("concurrency must be positive")
         return min(float(concurrency), float(self.knee(p)))
