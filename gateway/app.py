@@ -2,7 +2,8 @@
 
 Nothing here runs at import time. Objects derived from the configuration live in a
 `GatewayRuntime`, which a reload replaces as one reference swap; requests in flight keep
-the runtime they started with.
+the runtime they started with. Long-lived state that must survive a reload (metrics,
+tenant limiters, warm connection pools, circuit state) lives on the `Gateway` itself.
 """
 
 from __future__ import annotations
@@ -10,8 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import signal
+import threading
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import (
@@ -26,21 +31,28 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.api import routes
+from gateway.api import admin, routes
 from gateway.api.openai import GenerationHandler
 from gateway.backends.health import HealthChecker
-from gateway.backends.tier import EndpointState, TierBackend, build_tiers
-from gateway.config import Settings
+from gateway.backends.tier import TierBackend, build_tiers, endpoints_by_url
+from gateway.config import ConfigError, Settings, load_settings, resolve_secret
 from gateway.errors import InvalidRequestError, MethodNotAllowedError, NotFoundError
-from gateway.metrics import GatewayMetrics
+from gateway.metrics import BackendCollector, GatewayMetrics
+from gateway.protocol import EndpointKind
 from gateway.proxy.channel import Receive, Send
 from gateway.proxy.service import ProxyService
 from gateway.routing.policy import RoutingPolicy, TopTierPolicy
+from gateway.stats import EndpointSample, Ladder, TierSample
+from gateway.tenants.admission import Admission
 from gateway.tenants.registry import TenantRegistry
 
 log = logging.getLogger("tiergate")
 
 PolicyFactory = Callable[[Settings], RoutingPolicy]
+_GENERATION_ROUTES: tuple[tuple[str, EndpointKind], ...] = (
+    ("/v1/chat/completions", "chat"),
+    ("/v1/completions", "completions"),
+)
 
 
 @dataclass(slots=True)
@@ -52,10 +64,7 @@ class GatewayRuntime:
     tiers: list[TierBackend]
     service: ProxyService
     hot_routes: dict[str, GenerationHandler]
-
-    def close(self) -> None:
-        for tier in self.tiers:
-            tier.close()
+    admin_token: str
 
 
 class Gateway:
@@ -68,43 +77,64 @@ class Gateway:
         registry: CollectorRegistry | None = None,
         environ: Mapping[str, str] | None = None,
         policy_factory: PolicyFactory | None = None,
-        health_interval_s: float = 2.0,
+        config_path: Path | None = None,
+        watch_config: bool = False,
     ) -> None:
         # `_created` series double every counter's cardinality and no dashboard reads them.
         disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = registry if registry is not None else CollectorRegistry()
-        self.environ = environ
+        self.environ: Mapping[str, str] = os.environ if environ is None else environ
         self.policy_factory: PolicyFactory = policy_factory or (lambda _settings: TopTierPolicy())
-        self.health_interval_s = health_interval_s
-        self.metrics = GatewayMetrics(
-            self.registry,
-            [tier.name for tier in settings.tiers],
-            [tier.relative_cost for tier in settings.tiers],
-        )
+        self.config_path = config_path
+        self.watch_config = watch_config
+        self.metrics = GatewayMetrics(self.registry)
+        self.registry.register(BackendCollector(self._backend_samples))
+        self.admission = Admission()
         self.draining = False
+        self.reloads = 0
         self._tasks: list[asyncio.Task[None]] = []
-        self.runtime = self._build_runtime(settings)
+        self._config_mtime = _mtime(config_path)
+        self.runtime = self._build_runtime(settings, previous=None)
         self._fallback = self._build_fallback()
 
     # -- construction ---------------------------------------------------------------------
-    def _build_runtime(self, settings: Settings) -> GatewayRuntime:
+    def _build_runtime(self, settings: Settings, previous: GatewayRuntime | None) -> GatewayRuntime:
+        """Builds every config-derived object; raises on anything invalid, changing nothing."""
         tenants = TenantRegistry(settings, self.environ)
-        tiers = build_tiers(settings)
+        tiers = build_tiers(settings, endpoints_by_url(previous.tiers) if previous else None)
+        policy = self.policy_factory(settings)
         service = ProxyService(
-            settings.model, tiers, self.policy_factory(settings), settings.timeouts
+            settings.model, tiers, policy, settings.timeouts, settings.resilience
         )
-        hot_routes = {
-            "/v1/chat/completions": GenerationHandler(
-                "chat", tenants, service, settings.limits, self.metrics
-            ),
-            "/v1/completions": GenerationHandler(
-                "completions", tenants, service, settings.limits, self.metrics
-            ),
+        ladder = Ladder(
+            tuple(tier.name for tier in settings.tiers),
+            tuple(tier.relative_cost for tier in settings.tiers),
+        )
+        handlers = {
+            path: GenerationHandler(
+                kind,
+                tenants=tenants,
+                admission=self.admission,
+                service=service,
+                limits=settings.limits,
+                metrics=self.metrics,
+                ladder=ladder,
+            )
+            for path, kind in _GENERATION_ROUTES
         }
-        for tier in tiers:
-            for state in tier.endpoints:
-                self.metrics.set_backend_up(tier.name, state.url, state.healthy)
-        return GatewayRuntime(settings, tenants, tiers, service, hot_routes)
+        admin_token = resolve_secret(settings.admin.token, settings.admin.token_env, self.environ)
+        return GatewayRuntime(settings, tenants, tiers, service, handlers, admin_token)
+
+    def _install(self, runtime: GatewayRuntime) -> None:
+        old = self.runtime if hasattr(self, "runtime") else None
+        self.admission.configure(runtime.tenants.tenants)
+        self.runtime = runtime
+        if old is not None:
+            kept = {id(state) for tier in runtime.tiers for state in tier.endpoints}
+            for tier in old.tiers:
+                for state in tier.endpoints:
+                    if id(state) not in kept:
+                        state.pool.close()
 
     def _build_fallback(self) -> Starlette:
         app = Starlette(
@@ -114,12 +144,49 @@ class Gateway:
                 Route("/ready", routes.ready, methods=["GET"]),
                 Route("/metrics", routes.metrics, methods=["GET"]),
                 Route("/openapi.json", routes.openapi, methods=["GET"]),
+                *admin.routes(),
             ],
             exception_handlers={HTTPException: _http_exception},
             lifespan=self._lifespan,
         )
         app.state.gateway = self
         return app
+
+    # -- reload -----------------------------------------------------------------------------
+    def reload(self, settings: Settings | None = None) -> None:
+        """Swaps in a new configuration (from `settings` or the config file).
+
+        Raises ConfigError (or ValueError) and keeps the running configuration when the new
+        one is invalid. Requests in flight finish on the runtime they started with.
+        """
+        if settings is None:
+            if self.config_path is None:
+                raise ConfigError("this gateway was not started from a config file")
+            settings = load_settings(self.config_path)
+        runtime = self._build_runtime(settings, previous=self.runtime)
+        self._install(runtime)
+        self.reloads += 1
+        log.warning(
+            "configuration reloaded (%d tiers, %d tenants)",
+            len(settings.tiers),
+            len(settings.tenants),
+        )
+
+    def try_reload(self) -> bool:
+        try:
+            self.reload()
+        except (ConfigError, ValueError) as exc:
+            log.error("configuration reload refused, the running one stays: %s", exc)
+            return False
+        return True
+
+    async def _watch_config(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            mtime = _mtime(self.config_path)
+            if mtime != self._config_mtime:
+                self._config_mtime = mtime
+                self.try_reload()
 
     # -- ASGI -----------------------------------------------------------------------------
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
@@ -139,11 +206,18 @@ class Gateway:
             await self.stop()
 
     async def start(self) -> None:
+        self._install(self.runtime)
+        loop = asyncio.get_running_loop()
         checker = HealthChecker(
-            self.runtime.tiers, self._on_health_change, interval_s=self.health_interval_s
+            lambda: self.runtime.tiers,
+            interval_s=self.runtime.settings.resilience.health_interval_s,
         )
         await checker.check_once()
-        self._tasks.append(asyncio.get_running_loop().create_task(checker.run()))
+        self._tasks.append(loop.create_task(checker.run()))
+        if self.watch_config and self.config_path is not None:
+            self._tasks.append(loop.create_task(self._watch_config()))
+        if self.config_path is not None and threading.current_thread() is threading.main_thread():
+            loop.add_signal_handler(signal.SIGHUP, self.try_reload)
 
     async def stop(self) -> None:
         self.draining = True
@@ -153,13 +227,31 @@ class Gateway:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
-        self.runtime.close()
+        for tier in self.runtime.tiers:
+            tier.close()
 
-    def _on_health_change(self, state: EndpointState, up: bool) -> None:
-        self.metrics.set_backend_up(state.tier, state.url, up)
+    def _backend_samples(self) -> tuple[list[EndpointSample], list[TierSample]]:
+        tiers = self.runtime.tiers
+        endpoints = [
+            EndpointSample(
+                state.tier, state.url, state.healthy, int(state.circuit_state), state.inflight
+            )
+            for tier in tiers
+            for state in tier.endpoints
+        ]
+        return endpoints, [TierSample(tier.name, tier.queued) for tier in tiers]
 
     def exposition(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+def _mtime(path: Path | None) -> float | None:
+    if path is None:
+        return None
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
 
 
 async def _http_exception(request: Request, exc: Exception) -> Response:
@@ -180,7 +272,8 @@ def build_app(
     registry: CollectorRegistry | None = None,
     environ: Mapping[str, str] | None = None,
     policy_factory: PolicyFactory | None = None,
-    health_interval_s: float = 2.0,
+    config_path: Path | None = None,
+    watch_config: bool = False,
 ) -> Gateway:
     """The one place every long-lived object is created."""
     return Gateway(
@@ -188,7 +281,8 @@ def build_app(
         registry=registry,
         environ=environ,
         policy_factory=policy_factory,
-        health_interval_s=health_interval_s,
+        config_path=config_path,
+        watch_config=watch_config,
     )
 
 

@@ -90,6 +90,17 @@ class TierSettings(Section):
         return self.cost if self.cost is not None else relative_cost(self.precision)
 
 
+class TenantLimitSettings(Section):
+    """Per-tenant admission limits; unset means unlimited (or the gateway-wide limit)."""
+
+    requests_per_second: float | None = Field(default=None, gt=0.0)
+    burst: float | None = Field(default=None, gt=0.0)
+    tokens_per_minute: float | None = Field(default=None, gt=0.0)
+    max_concurrency: int | None = Field(default=None, ge=1)
+    max_body_bytes: int | None = Field(default=None, ge=1024)
+    max_tokens: int | None = Field(default=None, ge=1)
+
+
 class TenantSettings(Section):
     name: Name
     # SecretStr: keys never appear in a repr, a log line or a settings dump.
@@ -99,6 +110,11 @@ class TenantSettings(Section):
     allow_pinning: bool = True
     thresholds: dict[str, Probability] | None = None
     alpha: float | None = Field(default=None, gt=0.0, le=1.0)
+    limits: TenantLimitSettings = TenantLimitSettings()
+    # When every tier at or above the chosen one is saturated, a cheaper tier may serve
+    # if its calibrated probability still reaches this floor.
+    degrade_under_saturation: bool = False
+    degrade_min_probability: Probability = 0.5
 
     @model_validator(mode="after")
     def _thresholds_or_alpha(self) -> Self:
@@ -111,6 +127,16 @@ class TimeoutSettings(Section):
     connect_s: float = Field(default=3.0, gt=0.0)
     first_byte_s: float = Field(default=120.0, gt=0.0)
     total_s: float = Field(default=900.0, gt=0.0)
+
+
+class ResilienceSettings(Section):
+    failure_threshold: int = Field(default=5, ge=1)  # consecutive failures that eject
+    base_ejection_s: float = Field(default=5.0, gt=0.0)
+    max_ejection_s: float = Field(default=60.0, gt=0.0)
+    health_interval_s: float = Field(default=2.0, gt=0.0)
+    queue_size: int = Field(default=256, ge=0)  # requests that may wait per tier
+    queue_timeout_s: float = Field(default=5.0, ge=0.0)
+    retry_after_s: float = Field(default=1.0, gt=0.0)
 
 
 class ServerSettings(Section):
@@ -136,6 +162,7 @@ class Settings(Section):
     server: ServerSettings = ServerSettings()
     limits: RequestLimits = RequestLimits()
     timeouts: TimeoutSettings = TimeoutSettings()
+    resilience: ResilienceSettings = ResilienceSettings()
     admin: AdminSettings = AdminSettings()
     router: RouterSettings = RouterSettings()
 
@@ -253,9 +280,11 @@ __all__ = [
     "AdminSettings",
     "ConfigError",
     "Endpoint",
+    "ResilienceSettings",
     "RouterSettings",
     "ServerSettings",
     "Settings",
+    "TenantLimitSettings",
     "TenantSettings",
     "TierSettings",
     "TimeoutSettings",

@@ -7,13 +7,14 @@ The registry is injected; tests pass their own.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client.core import GaugeMetricFamily, Metric
 
 from gateway import __version__
-from gateway.stats import RequestRecord
+from gateway.stats import EndpointSample, RequestRecord, TierSample
 
 UNAUTHENTICATED: Final = "_unauthenticated"
 NO_TIER: Final = "_none"
@@ -31,15 +32,9 @@ class GatewayMetrics:
     """Every metric the gateway exports, registered on one injected registry."""
 
     def __init__(
-        self,
-        registry: CollectorRegistry,
-        tier_names: Sequence[str],
-        tier_costs: Sequence[float],
-        build_labels: dict[str, str] | None = None,
+        self, registry: CollectorRegistry, build_labels: dict[str, str] | None = None
     ) -> None:
         self.registry = registry
-        self.tier_names = list(tier_names)
-        self.tier_costs = list(tier_costs)
         self._children: dict[tuple[Any, ...], Any] = {}
         self.requests = Counter(
             "tiergate_requests",
@@ -136,40 +131,12 @@ class GatewayMetrics:
             ["tenant", "tier"],
             registry=registry,
         )
-        self.backend_up = Gauge(
-            "tiergate_backend_up",
-            "1 when the endpoint is considered healthy, else 0.",
-            ["tier", "endpoint"],
-            registry=registry,
-            multiprocess_mode="max",
-        )
-        self.inflight = Gauge(
-            "tiergate_inflight_requests",
-            "Requests in flight at the gateway, by tier.",
-            ["tier"],
-            registry=registry,
-            multiprocess_mode="livesum",
-        )
-        self.circuit_state = Gauge(
-            "tiergate_circuit_state",
-            "Circuit breaker per endpoint: 0 closed, 1 half-open, 2 open.",
-            ["tier", "endpoint"],
-            registry=registry,
-            multiprocess_mode="max",
-        )
         self.rejections = Counter(
             "tiergate_rejections",
             "Requests refused before reaching a tier, by tenant and reason "
             "(rate_limit, token_limit, concurrency, saturated, draining).",
             ["tenant", "reason"],
             registry=registry,
-        )
-        self.queue_depth = Gauge(
-            "tiergate_queue_depth",
-            "Requests waiting at the gateway for a tier slot, by tier.",
-            ["tier"],
-            registry=registry,
-            multiprocess_mode="livesum",
         )
         # -- traffic regime and planner (per tier) ---------------------------------------
         self.regime_concurrency = Gauge(
@@ -298,17 +265,18 @@ class GatewayMetrics:
 
     def record(self, record: RequestRecord) -> None:
         """Sinks one finished request."""
-        tier = NO_TIER if record.served_tier is None else self.tier_names[record.served_tier]
+        names, costs = record.ladder.names, record.ladder.costs
+        tier = NO_TIER if record.served_tier is None else names[record.served_tier]
         tenant = record.tenant
         self._child(self.requests, tenant, tier, record.kind, str(record.status)).inc()
         self._child(self.request_duration, tenant, tier).observe(record.duration_s)
         self._child(self.overhead, record.kind).observe(record.overhead_s)
+        if record.rejected is not None:
+            self._child(self.rejections, tenant, record.rejected).inc()
         for attempt in record.attempts:
-            self._child(
-                self.attempts, self.tier_names[attempt.tier], attempt.endpoint, attempt.outcome
-            ).inc()
+            self._child(self.attempts, names[attempt.tier], attempt.endpoint, attempt.outcome).inc()
         if record.decided_tier is not None:
-            decided = self.tier_names[record.decided_tier]
+            decided = names[record.decided_tier]
             self._child(self.decisions, tenant, decided, record.reason or "unknown").inc()
             if record.probability is not None:
                 self._child(self.probability, decided).observe(record.probability)
@@ -327,12 +295,12 @@ class GatewayMetrics:
         if tokens:
             self._child(self.prompt_tokens, tenant, tier).inc(record.prompt_tokens)
             self._child(self.completion_tokens, tenant, tier).inc(record.completion_tokens)
-            served_cost = tokens * self.tier_costs[record.served_tier]
+            served_cost = tokens * costs[record.served_tier]
             self._child(self.cost, tenant, tier).inc(served_cost)
-            self._credit(tenant, "top_tier", tokens * self.tier_costs[-1] - served_cost)
+            self._credit(tenant, "top_tier", tokens * costs[-1] - served_cost)
             floor = self.uniform_floor_tier.get(tenant)
-            if floor is not None:
-                self._credit(tenant, "uniform_floor", tokens * self.tier_costs[floor] - served_cost)
+            if floor is not None and floor < len(costs):
+                self._credit(tenant, "uniform_floor", tokens * costs[floor] - served_cost)
 
     def _credit(self, tenant: str, baseline: str, saved: float) -> None:
         if saved >= 0:
@@ -340,8 +308,43 @@ class GatewayMetrics:
         else:
             self._child(self.overspend, tenant, baseline).inc(-saved)
 
-    def set_backend_up(self, tier: str, endpoint: str, up: bool) -> None:
-        self._child(self.backend_up, tier, endpoint).set(1 if up else 0)
+
+class BackendCollector:
+    """Endpoint and tier state read at scrape time, so the hot path sets no gauges."""
+
+    def __init__(self, source: Callable[[], tuple[list[EndpointSample], list[TierSample]]]) -> None:
+        self.source = source
+
+    def collect(self) -> Iterator[Metric]:
+        endpoints, tiers = self.source()
+        up = GaugeMetricFamily(
+            "tiergate_backend_up",
+            "1 when the endpoint passes health checks, else 0.",
+            labels=["tier", "endpoint"],
+        )
+        circuit = GaugeMetricFamily(
+            "tiergate_circuit_state",
+            "Circuit breaker per endpoint: 0 closed, 1 half-open, 2 open (ejected).",
+            labels=["tier", "endpoint"],
+        )
+        inflight = GaugeMetricFamily(
+            "tiergate_inflight_requests",
+            "Requests in flight per endpoint.",
+            labels=["tier", "endpoint"],
+        )
+        for sample in endpoints:
+            labels = [sample.tier, sample.endpoint]
+            up.add_metric(labels, 1.0 if sample.up else 0.0)
+            circuit.add_metric(labels, float(sample.circuit_state))
+            inflight.add_metric(labels, float(sample.inflight))
+        queue = GaugeMetricFamily(
+            "tiergate_queue_depth",
+            "Requests waiting at the gateway for a tier slot.",
+            labels=["tier"],
+        )
+        for tier in tiers:
+            queue.add_metric([tier.tier], float(tier.queued))
+        yield from (up, circuit, inflight, queue)
 
 
-__all__ = ["NO_TIER", "UNAUTHENTICATED", "GatewayMetrics"]
+__all__ = ["NO_TIER", "UNAUTHENTICATED", "BackendCollector", "GatewayMetrics"]

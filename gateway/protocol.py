@@ -97,12 +97,16 @@ class RequestLimits(BaseModel):
     max_messages: int = Field(default=1024, ge=1)
 
 
-def parse_request(kind: EndpointKind, body: bytes, limits: RequestLimits) -> dict[str, Any]:
-    """Parses and validates a request body; raises InvalidRequestError (4xx) on any problem."""
-    if len(body) > limits.max_body_bytes:
-        raise PayloadTooLargeError(
-            f"Request body is {len(body)} bytes; the limit is {limits.max_body_bytes}."
-        )
+def parse_request(
+    kind: EndpointKind, body: bytes, limits: RequestLimits, max_body_bytes: int | None = None
+) -> dict[str, Any]:
+    """Parses and validates a request body; raises InvalidRequestError (4xx) on any problem.
+
+    `max_body_bytes` overrides the limit (a tenant's own, lower cap).
+    """
+    limit = limits.max_body_bytes if max_body_bytes is None else max_body_bytes
+    if len(body) > limit:
+        raise PayloadTooLargeError(f"Request body is {len(body)} bytes; the limit is {limit}.")
     if not body:
         raise InvalidRequestError("Request body is empty; expected a JSON object.")
     try:

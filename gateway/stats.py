@@ -5,6 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
+@dataclass(frozen=True, slots=True)
+class Ladder:
+    """Tier names and relative costs of the configuration a request was served under."""
+
+    names: tuple[str, ...]
+    costs: tuple[float, ...]
+
+
 @dataclass(slots=True)
 class Attempt:
     """One try against one upstream endpoint."""
@@ -20,6 +28,7 @@ class RequestRecord:
 
     tenant: str
     kind: str  # "chat" | "completions"
+    ladder: Ladder
     status: int = 0
     stream: bool = False
     decided_tier: int | None = None  # what routing chose
@@ -34,6 +43,22 @@ class RequestRecord:
     attempts: list[Attempt] = field(default_factory=list)
     error_after_first_byte: bool = False
     client_disconnected: bool = False
+    rejected: str | None = None  # why admission refused it (a fixed code vocabulary)
 
 
-__all__ = ["Attempt", "RequestRecord"]
+@dataclass(frozen=True, slots=True)
+class EndpointSample:
+    tier: str
+    endpoint: str
+    up: bool
+    circuit_state: int  # 0 closed, 1 half-open, 2 open
+    inflight: int
+
+
+@dataclass(frozen=True, slots=True)
+class TierSample:
+    tier: str
+    queued: int
+
+
+__all__ = ["Attempt", "EndpointSample", "Ladder", "RequestRecord", "TierSample"]

@@ -138,6 +138,7 @@ class Ladder:
                 for sim in self.sims
             ],
             "tenants": [{"name": "default", "api_keys": [API_KEY]}],
+            "resilience": {"health_interval_s": 0.5},
         }
         data.update(overrides)
         return parse_settings(data)
@@ -160,7 +161,6 @@ class GatewayThread:
             registry=self.registry,
             environ=environ if environ is not None else {},
             policy_factory=policy_factory,
-            health_interval_s=0.5,
         )
         config = gateway_config(self.app, "127.0.0.1", self.port, log_level="warning")
         self.server = uvicorn.Server(config)

@@ -1,7 +1,7 @@
 """Thin handlers for the two generation endpoints, on raw ASGI for the hot path.
 
-Parse, authenticate, hand over to the proxy service, map errors to OpenAI JSON. Nothing
-else happens here.
+Authenticate, read and parse the body, admit against the tenant's limits, hand over to the
+proxy service, map errors to OpenAI JSON, sink the record. Nothing else happens here.
 """
 
 from __future__ import annotations
@@ -9,12 +9,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gateway.errors import InvalidRequestError, TiergateError
+from gateway.errors import InvalidRequestError, RateLimitError, TiergateError
 from gateway.metrics import UNAUTHENTICATED, GatewayMetrics
 from gateway.protocol import EndpointKind, RequestLimits, parse_request
 from gateway.proxy.channel import ClientChannel, Receive, Send
 from gateway.proxy.service import ProxyService
-from gateway.stats import RequestRecord
+from gateway.stats import Ladder, RequestRecord
+from gateway.tenants.admission import Admission, Ticket
 from gateway.tenants.registry import TenantRegistry
 
 PIN_HEADER = b"x-tiergate-tier"
@@ -26,21 +27,27 @@ class GenerationHandler:
     def __init__(
         self,
         kind: EndpointKind,
+        *,
         tenants: TenantRegistry,
+        admission: Admission,
         service: ProxyService,
         limits: RequestLimits,
         metrics: GatewayMetrics,
+        ladder: Ladder,
     ) -> None:
         self.kind: EndpointKind = kind
         self.tenants = tenants
+        self.admission = admission
         self.service = service
         self.limits = limits
         self.metrics = metrics
+        self.ladder = ladder
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         started = time.perf_counter()
         channel = ClientChannel(send, receive)
-        record = RequestRecord(tenant=UNAUTHENTICATED, kind=self.kind)
+        record = RequestRecord(tenant=UNAUTHENTICATED, kind=self.kind, ladder=self.ladder)
+        ticket: Ticket | None = None
         try:
             authorization = pin = None
             for name, value in scope["headers"]:
@@ -50,8 +57,10 @@ class GenerationHandler:
                     pin = value
             tenant = self.tenants.authenticate(authorization)
             record.tenant = tenant.name
-            body = await self._read_body(receive)
-            request = parse_request(self.kind, body, self.limits)
+            body_limit = self.admission.body_limit(tenant, self.limits.max_body_bytes)
+            body = await self._read_body(receive, body_limit)
+            request = parse_request(self.kind, body, self.limits, body_limit)
+            ticket = self.admission.admit(tenant, request, len(body))
             header_pin = pin.decode("latin-1").strip() if pin else None
             await self.service.handle(
                 self.kind,
@@ -64,16 +73,21 @@ class GenerationHandler:
             )
         except TiergateError as exc:
             record.status = exc.status
+            if isinstance(exc, RateLimitError):
+                record.rejected = exc.code
             if not channel.started:
                 headers = [(b"content-type", b"application/json"), *exc.headers()]
                 await channel.respond(exc.status, headers, exc.body())
         finally:
             record.duration_s = time.perf_counter() - started
             channel.close()
+            if ticket is not None:
+                used = record.prompt_tokens + record.completion_tokens
+                ticket.release(used if record.served_tier is not None else 0)
             self.metrics.record(record)
 
-    async def _read_body(self, receive: Receive) -> bytes:
-        limit = self.limits.max_body_bytes
+    @staticmethod
+    async def _read_body(receive: Receive, limit: int) -> bytes:
         parts: list[bytes] = []
         size = 0
         while True:
@@ -82,12 +96,9 @@ class GenerationHandler:
                 raise InvalidRequestError("The client closed the connection mid-request.")
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > limit:
-                # parse_request raises the 413 with the real figures.
-                parts.append(chunk)
-                return b"".join(parts)
             parts.append(chunk)
-            if not message.get("more_body", False):
+            # Past the limit: stop reading; parse_request raises the 413 with the figures.
+            if size > limit or not message.get("more_body", False):
                 return parts[0] if len(parts) == 1 else b"".join(parts)
 
 

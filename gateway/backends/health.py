@@ -37,22 +37,20 @@ async def probe(state: EndpointState, timeout_s: float) -> bool:
 
 
 class HealthChecker:
-    """Marks endpoints healthy or not; `on_change` is told about every transition."""
+    """Marks endpoints healthy or not; reads the current tiers on every round (reloads)."""
 
     def __init__(
         self,
-        tiers: Sequence[TierBackend],
-        on_change: Callable[[EndpointState, bool], None],
+        tiers: Callable[[], Sequence[TierBackend]],
         interval_s: float = 2.0,
         timeout_s: float = 2.0,
     ) -> None:
         self.tiers = tiers
-        self.on_change = on_change
         self.interval_s = interval_s
         self.timeout_s = timeout_s
 
     async def check_once(self) -> None:
-        states = [state for tier in self.tiers for state in tier.endpoints]
+        states = [state for tier in self.tiers() for state in tier.endpoints]
         results = await asyncio.gather(*(probe(state, self.timeout_s) for state in states))
         for state, ok in zip(states, results, strict=True):
             if ok != state.healthy:
@@ -63,7 +61,6 @@ class HealthChecker:
                     "up" if ok else "down",
                 )
             state.healthy = ok
-            self.on_change(state, ok)
 
     async def run(self) -> None:
         while True:

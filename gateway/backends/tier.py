@@ -1,11 +1,15 @@
-"""Upstream endpoints grouped by ladder tier, with the bookkeeping the proxy needs."""
+"""Upstream endpoints grouped by ladder tier: pools, health, circuit state, slot queue."""
 
 from __future__ import annotations
 
+import asyncio
+from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from gateway.backends.circuit import CircuitBreaker, CircuitState
 from gateway.backends.h1client import ConnectionPool
-from gateway.config import Endpoint, Settings, TierSettings
+from gateway.config import Endpoint, ResilienceSettings, Settings, TierSettings
 
 
 @dataclass(slots=True, eq=False)
@@ -16,6 +20,7 @@ class EndpointState:
     endpoint: Endpoint
     pool: ConnectionPool
     max_inflight: int
+    circuit: CircuitBreaker = field(default_factory=CircuitBreaker)
     inflight: int = 0
     healthy: bool = True
     chat_path: bytes = b""
@@ -34,18 +39,29 @@ class EndpointState:
         return self.inflight >= self.max_inflight
 
     @property
+    def usable(self) -> bool:
+        """Healthy and not ejected; it may still be saturated."""
+        return self.healthy and self.circuit.can_send()
+
+    @property
     def available(self) -> bool:
-        return self.healthy and not self.saturated
+        return self.usable and not self.saturated
+
+    @property
+    def circuit_state(self) -> CircuitState:
+        return self.circuit.state
 
 
 @dataclass(slots=True, eq=False)
 class TierBackend:
-    """A ladder tier: its settings and endpoints."""
+    """A ladder tier: its endpoints and a bounded queue of requests waiting for a slot."""
 
     index: int
     settings: TierSettings
     served_model_name: str
+    queue_size: int = 256
     endpoints: list[EndpointState] = field(default_factory=list)
+    _waiters: deque[asyncio.Future[EndpointState]] = field(default_factory=deque)
 
     @property
     def name(self) -> str:
@@ -64,6 +80,42 @@ class TierBackend:
         return best
 
     @property
+    def saturated(self) -> bool:
+        """Every usable endpoint is full (and at least one is usable)."""
+        usable = [state for state in self.endpoints if state.usable]
+        return bool(usable) and all(state.saturated for state in usable)
+
+    @property
+    def queued(self) -> int:
+        return len(self._waiters)
+
+    async def wait_for_slot(self, timeout_s: float) -> EndpointState | None:
+        """Waits in the tier's bounded queue; None when it is full or the wait times out."""
+        if len(self._waiters) >= self.queue_size or timeout_s <= 0:
+            return None
+        waiter: asyncio.Future[EndpointState] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await waiter
+        except TimeoutError:
+            return None
+        finally:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+
+    def slot_freed(self) -> None:
+        """A request on this tier finished: hand its slot to the first waiter, if any."""
+        while self._waiters:
+            state = self.pick()
+            if state is None:
+                return
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(state)
+                return
+
+    @property
     def healthy(self) -> bool:
         return any(state.healthy for state in self.endpoints)
 
@@ -72,29 +124,48 @@ class TierBackend:
             state.pool.close()
 
 
-def build_tiers(settings: Settings) -> list[TierBackend]:
+def build_tiers(
+    settings: Settings, previous: Mapping[str, EndpointState] | None = None
+) -> list[TierBackend]:
+    """Tier backends for `settings`; endpoints unchanged since `previous` keep their pool,
+    health and circuit state (a reload must not drop warm connections or forget an outage)."""
+    resilience: ResilienceSettings = settings.resilience
+    previous = previous or {}
     tiers = []
     for index, tier in enumerate(settings.tiers):
         backend = TierBackend(
             index=index,
             settings=tier,
             served_model_name=tier.served_model_name or settings.model,
+            queue_size=resilience.queue_size,
         )
         for endpoint in tier.parsed_endpoints:
+            kept = previous.get(endpoint.url)
+            if kept is not None and kept.tier == tier.name:
+                kept.max_inflight = tier.max_inflight_per_endpoint
+                backend.endpoints.append(kept)
+                continue
             backend.endpoints.append(
                 EndpointState(
                     tier=tier.name,
                     endpoint=endpoint,
                     pool=ConnectionPool(
-                        endpoint.host,
-                        endpoint.port,
-                        connect_timeout_s=settings.timeouts.connect_s,
+                        endpoint.host, endpoint.port, connect_timeout_s=settings.timeouts.connect_s
                     ),
                     max_inflight=tier.max_inflight_per_endpoint,
+                    circuit=CircuitBreaker(
+                        failure_threshold=resilience.failure_threshold,
+                        base_ejection_s=resilience.base_ejection_s,
+                        max_ejection_s=resilience.max_ejection_s,
+                    ),
                 )
             )
         tiers.append(backend)
     return tiers
 
 
-__all__ = ["EndpointState", "TierBackend", "build_tiers"]
+def endpoints_by_url(tiers: list[TierBackend]) -> dict[str, EndpointState]:
+    return {state.url: state for tier in tiers for state in tier.endpoints}
+
+
+__all__ = ["EndpointState", "TierBackend", "build_tiers", "endpoints_by_url"]

@@ -17,12 +17,16 @@ ConfigOption = Annotated[
 ]
 
 
+def _config_path(config: Path | None) -> Path | None:
+    if config is not None:
+        return config
+    return Path(os.environ["TIERGATE_CONFIG"]) if os.environ.get("TIERGATE_CONFIG") else None
+
+
 def _settings(config: Path | None, port: int | None):  # type: ignore[no-untyped-def]
     from gateway.config import ConfigError, default_settings, load_settings
 
-    source = config or (
-        Path(os.environ["TIERGATE_CONFIG"]) if os.environ.get("TIERGATE_CONFIG") else None
-    )
+    source = _config_path(config)
     try:
         settings = load_settings(source) if source else default_settings()
     except ConfigError as exc:
@@ -52,7 +56,12 @@ def up(
     host = settings.server.host
     try:
         with running_sims(specs):
-            app = build_app(settings, policy_factory=build_policy)
+            app = build_app(
+                settings,
+                policy_factory=build_policy,
+                config_path=_config_path(config),
+                watch_config=True,
+            )
             keys = [k.get_secret_value() for t in settings.tenants for k in t.api_keys]
             key = next((k for k in keys if not k.startswith("sha256:")), "<your key>")
             typer.echo(
@@ -80,7 +89,9 @@ def serve(
     from gateway.routing.factory import build_policy
 
     settings = _settings(config, port)
-    app = build_app(settings, policy_factory=build_policy)
+    app = build_app(
+        settings, policy_factory=build_policy, config_path=_config_path(config), watch_config=True
+    )
     asyncio.run(_serve(app, host or settings.server.host, settings.server.port))
 
 

@@ -8,48 +8,49 @@ retryable; after it, a failure ends the stream with an OpenAI-style error event.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, Final
 
-import orjson
-
-from gateway.backends.h1client import (
-    UpstreamConnectError,
-    UpstreamProtocolError,
-    UpstreamResponse,
-    UpstreamTimeout,
-)
+from gateway.backends.h1client import UpstreamResponse
 from gateway.backends.tier import EndpointState, TierBackend
-from gateway.config import TimeoutSettings
+from gateway.config import ResilienceSettings, TimeoutSettings
 from gateway.errors import (
     NotFoundError,
     PermissionDeniedError,
     RateLimitError,
     ServiceUnavailableError,
     TiergateError,
-    UpstreamError,
-    UpstreamTimeoutError,
 )
 from gateway.protocol import EndpointKind
+from gateway.proxy.attempts import SATURATED, Attempter, AttemptFailed
 from gateway.proxy.channel import ClientChannel
-from gateway.proxy.relay import Exchange, relay_body, relay_stream
+from gateway.proxy.relay import Exchange
 from gateway.proxy.rewrite import ModelRewriter
 from gateway.routing.policy import Decision, RoutingPolicy
-from gateway.stats import Attempt, RequestRecord
+from gateway.stats import RequestRecord
 from gateway.tenants.registry import Tenant
 
 PIN_SEPARATOR: Final = "@"
-# Upstream statuses that are the client's own mistake: relayed as they are, never retried.
-_CLIENT_ERRORS: Final = frozenset({400, 413, 422})
-_SATURATED: Final = frozenset({429, 503})
 
 
-class _AttemptFailed(Exception):
-    def __init__(self, outcome: str, error: TiergateError) -> None:
-        super().__init__(outcome)
-        self.outcome = outcome
-        self.error = error
+@dataclass(slots=True)
+class _Failures:
+    """What went wrong so far, to pick the error the client finally gets."""
+
+    last: TiergateError | None = None
+    saturated: int = 0
+    other: int = 0
+
+    def add(self, failure: AttemptFailed) -> None:
+        self.last = failure.error
+        if failure.outcome == SATURATED:
+            self.saturated += 1
+        else:
+            self.other += 1
+
+    @property
+    def only_saturation(self) -> bool:
+        return self.saturated > 0 and self.other == 0
 
 
 class ProxyService:
@@ -61,13 +62,16 @@ class ProxyService:
         tiers: list[TierBackend],
         policy: RoutingPolicy,
         timeouts: TimeoutSettings,
+        resilience: ResilienceSettings,
     ) -> None:
         self.public_model = public_model
         self.tiers = tiers
         self.policy = policy
         self.timeouts = timeouts
+        self.resilience = resilience
         self._tier_by_name = {tier.name: tier for tier in tiers}
-        self._rewriters = [ModelRewriter(tier.served_model_name, public_model) for tier in tiers]
+        rewriters = [ModelRewriter(tier.served_model_name, public_model) for tier in tiers]
+        self._attempter = Attempter(timeouts, rewriters)
 
     # -- routing --------------------------------------------------------------------------
     def pinned_tier(
@@ -165,98 +169,87 @@ class ProxyService:
                 response.abort()
 
         exchange.channel.watch_disconnect(abort_upstream)
-        record = exchange.record
-        last_error: TiergateError | None = None
-        all_saturated = True
-        for tier, endpoint in self._candidates(exchange.decision, tenant):
-            asked = time.perf_counter()
-            endpoint.inflight += 1
-            try:
-                response = await self._send(exchange, tier, endpoint)
-            except _AttemptFailed as failure:
-                endpoint.inflight -= 1
-                exchange.waited += time.perf_counter() - asked
-                record.attempts.append(Attempt(tier.index, endpoint.url, failure.outcome))
-                all_saturated = all_saturated and failure.outcome == "saturated"
-                last_error = failure.error
-                if exchange.channel.disconnected:
-                    record.client_disconnected = True
-                    record.status = 499
-                    return
-                continue
-            exchange.waited += time.perf_counter() - asked
-            current.append(response)
-            record.attempts.append(Attempt(tier.index, endpoint.url, "ok"))
-            record.served_tier = tier.index
-            record.status = response.status
-            exchange.tier_name = tier.name
-            exchange.rewrite = self._rewriters[tier.index]
-            try:
-                if record.stream and response.status == 200:
-                    await relay_stream(exchange, response)
-                else:
-                    await relay_body(exchange, response)
-            finally:
-                endpoint.inflight -= 1
-                response.release()
+        decision = exchange.decision
+        failures = _Failures()
+        plan = self.attempt_plan(decision, tenant)
+        if await self._try_tiers(exchange, plan, failures, current):
             return
-
-        if last_error is None:
+        if failures.only_saturation and tenant.settings.degrade_under_saturation:
+            cheaper = self._degrade_plan(decision, tenant)
+            if await self._try_tiers(exchange, cheaper, failures, current):
+                exchange.record.reason = "degraded"
+                return
+        if failures.only_saturation:
+            # Every eligible tier is full: wait in the chosen tier's bounded queue, briefly.
+            tier = plan[0]
+            endpoint = await tier.wait_for_slot(self.resilience.queue_timeout_s)
+            if endpoint is not None and await self._try(
+                exchange, tier, endpoint, failures, current
+            ):
+                return
+        if exchange.channel.disconnected:
+            exchange.record.client_disconnected = True
+            exchange.record.status = 499
+            return
+        if failures.only_saturation:
+            raise RateLimitError(
+                "Every eligible tier is saturated; retry after the indicated delay.",
+                retry_after_s=self.resilience.retry_after_s,
+                code="tiers_saturated",
+            )
+        if failures.last is None:
             raise ServiceUnavailableError(
                 "No healthy endpoint is available for this request; try again shortly."
             )
-        if all_saturated:
-            raise RateLimitError(
-                "Every eligible tier is saturated; retry after the indicated delay.",
-                retry_after_s=1.0,
-                code="tiers_saturated",
-            )
-        raise last_error
+        raise failures.last
 
-    def _candidates(
-        self, decision: Decision, tenant: Tenant
-    ) -> Iterator[tuple[TierBackend, EndpointState]]:
-        for tier in self.attempt_plan(decision, tenant):
+    async def _try_tiers(
+        self,
+        exchange: Exchange,
+        tiers: list[TierBackend],
+        failures: _Failures,
+        current: list[UpstreamResponse],
+    ) -> bool:
+        """Tries every available endpoint of each tier in order; True once one served."""
+        for tier in tiers:
             tried: set[EndpointState] = set()
+            if tier.saturated:
+                failures.saturated += 1
+                continue
             while (endpoint := tier.pick(tried)) is not None:
                 tried.add(endpoint)
-                yield tier, endpoint
+                if await self._try(exchange, tier, endpoint, failures, current):
+                    return True
+                if exchange.channel.disconnected:
+                    return False
+        return False
 
-    async def _send(
-        self, exchange: Exchange, tier: TierBackend, endpoint: EndpointState
-    ) -> UpstreamResponse:
-        """One attempt up to the response headers; classifies every failure."""
-        body = orjson.dumps({**exchange.upstream_request, "model": tier.served_model_name})
-        path = endpoint.chat_path if exchange.kind == "chat" else endpoint.completions_path
-        request = endpoint.pool.render(b"POST", path, body)
+    async def _try(
+        self,
+        exchange: Exchange,
+        tier: TierBackend,
+        endpoint: EndpointState,
+        failures: _Failures,
+        current: list[UpstreamResponse],
+    ) -> bool:
         try:
-            response = await endpoint.pool.request(
-                request,
-                first_byte_timeout_s=self.timeouts.first_byte_s,
-                total_timeout_s=self.timeouts.total_s,
-            )
-        except UpstreamTimeout as exc:
-            raise _AttemptFailed(
-                "timeout", UpstreamTimeoutError(f"Upstream timed out: {exc}")
-            ) from None
-        except UpstreamConnectError as exc:
-            raise _AttemptFailed(
-                "connect_error", UpstreamError(f"Upstream unreachable: {exc}")
-            ) from None
-        except UpstreamProtocolError as exc:
-            raise _AttemptFailed(
-                "protocol_error", UpstreamError(f"Upstream failed: {exc}")
-            ) from None
-        status = response.status
-        if status < 400 or status in _CLIENT_ERRORS:
-            return response
-        response.abort()
-        if status in _SATURATED:
-            raise _AttemptFailed(
-                "saturated", ServiceUnavailableError(f"Upstream is saturated (HTTP {status}).")
-            )
-        outcome = "status_5xx" if status >= 500 else "status_4xx"
-        raise _AttemptFailed(outcome, UpstreamError(f"Upstream answered HTTP {status}."))
+            await self._attempter.run(exchange, tier, endpoint, current)
+        except AttemptFailed as failure:
+            failures.add(failure)
+            return False
+        return True
+
+    def _degrade_plan(self, decision: Decision, tenant: Tenant) -> list[TierBackend]:
+        """Cheaper allowed tiers whose probability still reaches the tenant's floor."""
+        probabilities = decision.probabilities
+        if probabilities is None or decision.reason == "pinned":
+            return []
+        floor = tenant.settings.degrade_min_probability
+        return [
+            self.tiers[i]
+            for i in reversed(tenant.allowed_tiers)
+            if i < decision.tier and probabilities[i] >= floor
+        ]
 
 
 __all__ = ["PIN_SEPARATOR", "ProxyService"]

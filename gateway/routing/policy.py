@@ -21,6 +21,9 @@ class Decision:
     tier: int
     probability: float | None  # calibrated P(chosen tier adequate); None when not computed
     reason: str  # "router", "threshold-fallback", "pinned", "uniform-baseline", ...
+    # P(adequate) for every ladder tier, when the policy computed them (degrading under
+    # saturation needs the cheaper tiers' probabilities).
+    probabilities: tuple[float, ...] | None = None
 
 
 class RoutingPolicy(Protocol):

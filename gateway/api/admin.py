@@ -1,0 +1,110 @@
+"""The admin API: separate token, never a tenant key; read-only views and a reload.
+
+Routes: GET /admin/config (keys masked), GET /admin/backends, GET /admin/tenants,
+POST /admin/reload. The regime observer and planner add /admin/regime and /admin/plan.
+Disabled (403) until an admin token is configured.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from gateway.api.routes import error_response
+from gateway.config import ConfigError
+from gateway.errors import AuthenticationError, InvalidRequestError, PermissionDeniedError
+
+if TYPE_CHECKING:
+    from gateway.app import Gateway
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def _gateway(request: Request) -> Gateway:
+    gateway: Gateway = request.app.state.gateway
+    return gateway
+
+
+def require_admin(handler: Callable[[Request, Gateway], Awaitable[Any]]) -> Handler:
+    """Wraps a handler: checks the admin token in constant time, renders JSON."""
+
+    async def wrapped(request: Request) -> Response:
+        gateway = _gateway(request)
+        token = gateway.runtime.admin_token
+        if not token:
+            return error_response(
+                PermissionDeniedError(
+                    "The admin API is disabled: set admin.token or $TIERGATE_ADMIN_TOKEN."
+                )
+            )
+        scheme, _, presented = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            presented.strip().encode(), token.encode()
+        ):
+            return error_response(AuthenticationError("A valid admin token is required."))
+        result = await handler(request, gateway)
+        return result if isinstance(result, Response) else JSONResponse(result)
+
+    return wrapped
+
+
+async def config(request: Request, gateway: Gateway) -> Any:
+    # SecretStr renders keys as "**********"; admin tokens are not part of the dump.
+    return gateway.runtime.settings.model_dump(mode="json", exclude={"admin"})
+
+
+async def backends(request: Request, gateway: Gateway) -> Any:
+    return {
+        tier.name: [
+            {
+                "endpoint": state.url,
+                "healthy": state.healthy,
+                "circuit": state.circuit_state.name.lower(),
+                "inflight": state.inflight,
+                "consecutive_failures": state.circuit.consecutive_failures,
+            }
+            for state in tier.endpoints
+        ]
+        for tier in gateway.runtime.tiers
+    }
+
+
+async def tenants(request: Request, gateway: Gateway) -> Any:
+    runtime = gateway.runtime
+    names = [tier.name for tier in runtime.settings.tiers]
+    return {
+        name: {
+            "allowed_tiers": [names[i] for i in tenant.allowed_tiers],
+            "allow_pinning": tenant.allow_pinning,
+            "inflight": gateway.admission.limiter(tenant).inflight,
+            "limits": tenant.settings.limits.model_dump(),
+        }
+        for name, tenant in runtime.tenants.tenants.items()
+    }
+
+
+async def reload(request: Request, gateway: Gateway) -> Any:
+    try:
+        gateway.reload()
+    except (ConfigError, ValueError) as exc:
+        return error_response(
+            InvalidRequestError(f"Reload refused, the running config stays: {exc}")
+        )
+    return {"reloaded": True, "reloads": gateway.reloads}
+
+
+def routes() -> list[Route]:
+    return [
+        Route("/admin/config", require_admin(config), methods=["GET"]),
+        Route("/admin/backends", require_admin(backends), methods=["GET"]),
+        Route("/admin/tenants", require_admin(tenants), methods=["GET"]),
+        Route("/admin/reload", require_admin(reload), methods=["POST"]),
+    ]
+
+
+__all__ = ["require_admin", "routes"]

@@ -1,0 +1,133 @@
+"""One attempt against one endpoint: send, classify the outcome, keep the books, relay.
+
+Bookkeeping per attempt: the endpoint's in-flight count, its circuit breaker (only health
+failures count; saturation is load, not sickness), the tier's slot queue, and an Attempt
+on the request record. Failures before the first byte raise `AttemptFailed`, which the
+service turns into the next attempt.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Final
+
+import orjson
+
+from gateway.backends.h1client import (
+    UpstreamConnectError,
+    UpstreamProtocolError,
+    UpstreamResponse,
+    UpstreamTimeout,
+)
+from gateway.backends.tier import EndpointState, TierBackend
+from gateway.config import TimeoutSettings
+from gateway.errors import (
+    ServiceUnavailableError,
+    TiergateError,
+    UpstreamError,
+    UpstreamTimeoutError,
+)
+from gateway.proxy.relay import Exchange, relay_body, relay_stream
+from gateway.proxy.rewrite import ModelRewriter
+from gateway.stats import Attempt
+
+# Upstream statuses that are the client's own mistake: relayed as they are, never retried.
+CLIENT_ERRORS: Final = frozenset({400, 413, 422})
+SATURATED_STATUSES: Final = frozenset({429, 503})
+SATURATED: Final = "saturated"
+
+
+class AttemptFailed(Exception):
+    """The attempt failed before anything reached the client; another may follow."""
+
+    def __init__(self, outcome: str, error: TiergateError) -> None:
+        super().__init__(outcome)
+        self.outcome = outcome
+        self.error = error
+
+
+class Attempter:
+    """Runs attempts for the proxy service."""
+
+    def __init__(self, timeouts: TimeoutSettings, rewriters: list[ModelRewriter]) -> None:
+        self.timeouts = timeouts
+        self.rewriters = rewriters
+
+    async def run(
+        self,
+        exchange: Exchange,
+        tier: TierBackend,
+        endpoint: EndpointState,
+        current: list[UpstreamResponse],
+    ) -> None:
+        """Serves the exchange from `endpoint`, or raises AttemptFailed."""
+        record = exchange.record
+        asked = time.perf_counter()
+        endpoint.inflight += 1
+        endpoint.circuit.on_send()
+        try:
+            response = await self._send(exchange, tier, endpoint)
+        except AttemptFailed as failure:
+            exchange.waited += time.perf_counter() - asked
+            endpoint.inflight -= 1
+            if failure.outcome != SATURATED:
+                endpoint.circuit.on_failure()
+            tier.slot_freed()
+            record.attempts.append(Attempt(tier.index, endpoint.url, failure.outcome))
+            raise
+        exchange.waited += time.perf_counter() - asked
+        current.append(response)
+        record.attempts.append(Attempt(tier.index, endpoint.url, "ok"))
+        record.served_tier = tier.index
+        record.status = response.status
+        exchange.tier_name = tier.name
+        exchange.rewrite = self.rewriters[tier.index]
+        try:
+            if record.stream and response.status == 200:
+                await relay_stream(exchange, response)
+            else:
+                await relay_body(exchange, response)
+        finally:
+            endpoint.inflight -= 1
+            if record.error_after_first_byte and not record.client_disconnected:
+                endpoint.circuit.on_failure()
+            else:
+                endpoint.circuit.on_success()
+            response.release()
+            tier.slot_freed()
+
+    async def _send(
+        self, exchange: Exchange, tier: TierBackend, endpoint: EndpointState
+    ) -> UpstreamResponse:
+        """One request up to the response headers; classifies every failure."""
+        body = orjson.dumps({**exchange.upstream_request, "model": tier.served_model_name})
+        path = endpoint.chat_path if exchange.kind == "chat" else endpoint.completions_path
+        try:
+            response = await endpoint.pool.request(
+                endpoint.pool.render(b"POST", path, body),
+                first_byte_timeout_s=self.timeouts.first_byte_s,
+                total_timeout_s=self.timeouts.total_s,
+            )
+        except UpstreamTimeout as exc:
+            error: TiergateError = UpstreamTimeoutError(f"Upstream timed out: {exc}")
+            raise AttemptFailed("timeout", error) from None
+        except UpstreamConnectError as exc:
+            raise AttemptFailed(
+                "connect_error", UpstreamError(f"Upstream unreachable: {exc}")
+            ) from None
+        except UpstreamProtocolError as exc:
+            raise AttemptFailed(
+                "protocol_error", UpstreamError(f"Upstream failed: {exc}")
+            ) from None
+        status = response.status
+        if status < 400 or status in CLIENT_ERRORS:
+            return response
+        response.abort()
+        if status in SATURATED_STATUSES:
+            error = ServiceUnavailableError(f"Upstream is saturated (HTTP {status}).")
+            raise AttemptFailed(SATURATED, error)
+        outcome = "status_5xx" if status >= 500 else "status_4xx"
+        raise AttemptFailed(outcome, UpstreamError(f"Upstream answered HTTP {status}."))
+
+
+__all__ = ["SATURATED", "AttemptFailed", "Attempter"]
