@@ -223,3 +223,25 @@ def require_shared_data(relative: str) -> Path:
             pytest.fail(f"shared data missing in CI: {path}")
         pytest.skip(f"shared data not available: {path}")
     return path
+
+
+class FixedPolicy:
+    """A routing policy for tests: always the given ladder tier (clamped to the tenant's)."""
+
+    def __init__(self, tier: int, probabilities: tuple[float, ...] | None = None) -> None:
+        self.tier = tier
+        self.probabilities = probabilities
+
+    def decide(self, request: Any, kind: Any, tenant: Any) -> Any:
+        from gateway.routing.policy import Decision
+
+        allowed = [t for t in tenant.allowed_tiers if t >= self.tier] or [tenant.top_tier]
+        chosen = allowed[0]
+        p = None if self.probabilities is None else self.probabilities[chosen]
+        return Decision(
+            tier=chosen, probability=p, reason="fixed", probabilities=self.probabilities
+        )
+
+
+def fixed_policy(tier: int, probabilities: tuple[float, ...] | None = None) -> PolicyFactory:
+    return lambda _settings: FixedPolicy(tier, probabilities)

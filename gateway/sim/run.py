@@ -27,6 +27,7 @@ def _protocol_for(sim: SimServer) -> type[HttpToolsProtocol]:
                 # Reset at accept: the client sees the connection fail before any response.
                 transport.abort()  # type: ignore[attr-defined]
                 return
+            sim.connections.add(transport)
             super().connection_made(transport)  # type: ignore[arg-type]
 
         def data_received(self, data: bytes) -> None:
@@ -37,6 +38,7 @@ def _protocol_for(sim: SimServer) -> type[HttpToolsProtocol]:
         def connection_lost(self, exc: Exception | None) -> None:
             if getattr(self, "transport", None) is None:
                 return
+            sim.connections.discard(self.transport)
             super().connection_lost(exc)
 
     return SimProtocol

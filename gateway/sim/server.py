@@ -104,6 +104,9 @@ class SimServer:
         self._random = random.Random(seed)
         self._created = int(time.time())
         self._routes = self._route_table()
+        # Open client connections (kept by the uvicorn protocol wrapper in run.py), so that
+        # refusing connections also drops the keep-alive ones a client already holds.
+        self.connections: set[asyncio.BaseTransport] = set()
 
     # -- ASGI ------------------------------------------------------------------------------
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
@@ -426,9 +429,17 @@ class SimServer:
         try:
             changes = orjson.loads(body or b"{}")
             merged = {**self.faults.model_dump(), **changes}
+            refusing = self.faults.refuse_connections
             self.faults = Faults.model_validate(merged)
         except (orjson.JSONDecodeError, ValidationError, TypeError) as exc:
             raise SimError(400, f"Invalid faults: {exc}") from None
+        if self.faults.refuse_connections and not refusing:
+            # After this response is out, drop every connection: the server "went away".
+            asyncio.get_running_loop().call_later(0.05, self._drop_connections)
+
+    def _drop_connections(self) -> None:
+        for transport in list(self.connections):
+            transport.close()
 
     def _stats(self) -> dict[str, Any]:
         counters = self.engine.counters

@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+from gateway.backends.circuit import CircuitBreaker, CircuitState
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_opens_after_consecutive_failures_only() -> None:
+    breaker = CircuitBreaker(failure_threshold=3, clock=Clock())
+    breaker.on_failure()
+    breaker.on_failure()
+    breaker.on_success()  # a success in between resets the count
+    breaker.on_failure()
+    breaker.on_failure()
+    assert breaker.state is CircuitState.CLOSED and breaker.can_send()
+    breaker.on_failure()
+    assert breaker.state is CircuitState.OPEN and not breaker.can_send()
+
+
+def test_half_open_allows_exactly_one_trial_then_closes_or_reopens() -> None:
+    clock = Clock()
+    breaker = CircuitBreaker(failure_threshold=1, base_ejection_s=5.0, clock=clock)
+    breaker.on_failure()
+    clock.now += 4.9
+    assert not breaker.can_send()
+    clock.now += 0.2
+    assert breaker.can_send()
+    breaker.on_send()
+    assert breaker.state is CircuitState.HALF_OPEN
+    assert not breaker.can_send()  # the trial is in flight: nobody else
+    breaker.on_failure()
+    assert breaker.state is CircuitState.OPEN
+    assert breaker.ejection_s == 10.0  # a second ejection in a row lasts twice as long
+    clock.now += 10.1
+    breaker.on_send()
+    breaker.on_success()
+    assert breaker.state is CircuitState.CLOSED and breaker.ejections == 0
+    assert breaker.ejection_s == 5.0
+
+
+def test_ejection_time_is_capped() -> None:
+    clock = Clock()
+    breaker = CircuitBreaker(
+        failure_threshold=1, base_ejection_s=5.0, max_ejection_s=30.0, clock=clock
+    )
+    for _ in range(10):
+        breaker.on_failure()
+        clock.now += breaker.ejection_s + 0.1
+        breaker.on_send()
+    assert breaker.ejection_s == 30.0

@@ -1,0 +1,260 @@
+"""Fault-injection matrix against simulated tiers: each fault, its documented outcome.
+
+docs/reliability.md lists the same rows; keep them in step.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.helpers import API_KEY, MODEL, GatewayThread, Ladder, Sim, fixed_policy, free_port
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def fault_ladder() -> Iterator[Ladder]:
+    ladder = Ladder.start()
+    yield ladder
+    ladder.stop()
+
+
+@pytest.fixture(autouse=True)
+def healthy(fault_ladder: Ladder) -> Iterator[None]:
+    yield
+    for sim in fault_ladder.sims:
+        if sim.process is not None:
+            try:
+                sim.faults(
+                    error_rate=0.0, added_latency_s=0.0, drop_mid_stream=0.0, max_waiting=None
+                )
+            except OSError:
+                sim.stop()  # it refuses connections, the control request included: restart it
+        if sim.process is None:
+            sim.start()
+
+
+def settings(ladder: Ladder, **overrides: Any):  # type: ignore[no-untyped-def]
+    base = {
+        "timeouts": {"connect_s": 1.0, "first_byte_s": 1.0, "total_s": 10.0},
+        "resilience": {
+            "health_interval_s": 60,
+            "failure_threshold": 3,
+            "base_ejection_s": 30,
+            "queue_timeout_s": 0.5,
+        },
+    }
+    base.update(overrides)
+    return ladder.settings(**base)
+
+
+def chat(
+    gw: GatewayThread, *, stream: bool = False, model: str = MODEL, max_tokens: int = 8
+) -> tuple[int, dict[str, str], bytes]:
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": "hello there"}],
+        "max_tokens": max_tokens,
+        "stream": stream,
+    }
+    request = urllib.request.Request(
+        f"{gw.url}/v1/chat/completions", data=json.dumps(body).encode(), method="POST"
+    )
+    request.add_header("authorization", f"Bearer {API_KEY}")
+    request.add_header("content-type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return (
+                response.status,
+                {k.lower(): v for k, v in response.headers.items()},
+                response.read(),
+            )
+    except urllib.error.HTTPError as exc:
+        return exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read()
+
+
+def attempts(gw: GatewayThread, tier: str, outcome: str) -> float:
+    """Attempts with this outcome on any endpoint of the tier, once the request is recorded."""
+
+    def total() -> float:
+        return sum(
+            sample.value
+            for metric in gw.registry.collect()
+            for sample in metric.samples
+            if sample.name == "tiergate_upstream_attempts_total"
+            and sample.labels["tier"] == tier
+            and sample.labels["outcome"] == outcome
+        )
+
+    deadline = time.monotonic() + 2
+    while total() == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return total()
+
+
+def test_tier_down_escalates_up_the_ladder(fault_ladder: Ladder) -> None:
+    nvfp4 = fault_ladder.sims[0]
+    with GatewayThread(settings(fault_ladder), policy_factory=fixed_policy(0)) as gw:
+        nvfp4.stop()
+        status, headers, _ = chat(gw)
+        assert status == 200 and headers["x-tiergate-tier"] == "w4a16"
+        assert attempts(gw, "nvfp4", "connect_error") == 1
+        escalations = gw.settled_metric(
+            "tiergate_escalations_total",
+            {
+                "tenant": "default",
+                "from_tier": "nvfp4",
+                "to_tier": "w4a16",
+                "reason": "connect_error",
+            },
+            1,
+        )
+        assert escalations == 1
+
+
+def test_slow_tier_times_out_then_escalates(fault_ladder: Ladder) -> None:
+    fault_ladder.sims[0].faults(added_latency_s=3.0)
+    with GatewayThread(settings(fault_ladder), policy_factory=fixed_policy(0)) as gw:
+        started = time.monotonic()
+        status, headers, _ = chat(gw)
+        assert status == 200 and headers["x-tiergate-tier"] == "w4a16"
+        assert time.monotonic() - started < 2.5  # first_byte_s = 1, not the 3 s stall
+        assert attempts(gw, "nvfp4", "timeout") == 1
+
+
+def test_5xx_burst_escalates_and_opens_the_circuit(fault_ladder: Ladder) -> None:
+    nvfp4 = fault_ladder.sims[0]
+    nvfp4.faults(error_rate=1.0)
+    with GatewayThread(settings(fault_ladder), policy_factory=fixed_policy(0)) as gw:
+        for _ in range(3):
+            status, headers, _ = chat(gw)
+            assert status == 200 and headers["x-tiergate-tier"] == "w4a16"
+        seen = nvfp4.stats()["requests"]
+        for _ in range(3):
+            status, headers, _ = chat(gw)
+            assert status == 200 and headers["x-tiergate-tier"] == "w4a16"
+        assert nvfp4.stats()["requests"] == seen  # ejected: not even tried
+        assert attempts(gw, "nvfp4", "status_5xx") == 3
+        assert (
+            gw.metric("tiergate_circuit_state", {"tier": "nvfp4", "endpoint": f"{nvfp4.url}/v1"})
+            == 2
+        )
+
+
+def test_drop_mid_stream_ends_with_an_error_event(fault_ladder: Ladder) -> None:
+    fault_ladder.sims[0].faults(drop_mid_stream=1.0)
+    with GatewayThread(settings(fault_ladder), policy_factory=fixed_policy(0)) as gw:
+        status, headers, body = chat(gw, stream=True, max_tokens=50)
+        assert status == 200 and headers["x-tiergate-tier"] == "nvfp4"
+        events = [e for e in body.split(b"\n\n") if e]
+        assert events[0].startswith(b'data: {"id"')  # the stream had started
+        last = json.loads(events[-1].removeprefix(b"data: "))
+        assert last["error"]["type"] == "upstream_error"
+        assert b"[DONE]" not in body
+        assert (
+            gw.settled_metric(
+                "tiergate_stream_errors_total", {"tenant": "default", "tier": "nvfp4"}, 1
+            )
+            == 1
+        )
+
+
+def test_refused_connections_escalate(fault_ladder: Ladder) -> None:
+    with GatewayThread(settings(fault_ladder), policy_factory=fixed_policy(0)) as gw:
+        # After start-up, so the failure is met by a request, not by the health check.
+        fault_ladder.sims[0].faults(refuse_connections=True)
+        time.sleep(0.2)  # the simulator drops the connections it holds, pooled ones too
+        status, headers, _ = chat(gw)
+        assert status == 200 and headers["x-tiergate-tier"] == "w4a16"
+        assert attempts(gw, "nvfp4", "connect_error") >= 1
+
+
+def test_saturated_tier_escalates_and_all_saturated_is_429(fault_ladder: Ladder) -> None:
+    for sim in fault_ladder.sims[:2]:
+        sim.faults(max_waiting=0)  # answers 503 at once
+    with GatewayThread(settings(fault_ladder), policy_factory=fixed_policy(0)) as gw:
+        status, headers, _ = chat(gw)
+        assert status == 200 and headers["x-tiergate-tier"] == "bf16"
+        assert attempts(gw, "nvfp4", "saturated") == 1 and attempts(gw, "w4a16", "saturated") == 1
+        fault_ladder.sims[2].faults(max_waiting=0)
+        started = time.monotonic()
+        status, headers, body = chat(gw)
+        assert status == 429 and headers["retry-after"] == "1"
+        assert json.loads(body)["error"]["code"] == "tiers_saturated"
+        assert time.monotonic() - started < 3  # bounded wait, no hang
+        assert (
+            gw.settled_metric(
+                "tiergate_rejections_total", {"tenant": "default", "reason": "tiers_saturated"}, 1
+            )
+            == 1
+        )
+
+
+def test_pinned_request_does_not_escalate(fault_ladder: Ladder) -> None:
+    fault_ladder.sims[0].faults(error_rate=1.0)
+    with GatewayThread(settings(fault_ladder), policy_factory=fixed_policy(0)) as gw:
+        status, _, body = chat(gw, model=f"{MODEL}@nvfp4")
+        assert status == 502
+        assert json.loads(body)["error"]["type"] == "upstream_error"
+
+
+def test_second_endpoint_of_the_same_tier_is_tried_first(fault_ladder: Ladder) -> None:
+    spare = Sim("nvfp4", free_port(), f"{MODEL}-nvfp4").start()
+    try:
+        data = settings(fault_ladder).model_dump(mode="json")
+        data["tiers"][0]["endpoints"] = [f"http://127.0.0.1:{free_port()}/v1", f"{spare.url}/v1"]
+        data["tenants"][0]["api_keys"] = [API_KEY]
+        from gateway.config import parse_settings
+
+        with GatewayThread(parse_settings(data), policy_factory=fixed_policy(0)) as gw:
+            status, headers, _ = chat(gw)
+            assert status == 200 and headers["x-tiergate-tier"] == "nvfp4"
+            assert spare.stats()["requests"] == 1
+    finally:
+        spare.stop()
+
+
+def test_degrade_under_saturation_respects_the_floor(fault_ladder: Ladder) -> None:
+    for sim in fault_ladder.sims[1:]:
+        sim.faults(max_waiting=0)
+    probabilities = (0.7, 0.9, 1.0)
+    data = settings(fault_ladder).model_dump(mode="json")
+    data["tenants"][0].update(
+        api_keys=[API_KEY], degrade_under_saturation=True, degrade_min_probability=0.6
+    )
+    from gateway.config import parse_settings
+
+    with GatewayThread(parse_settings(data), policy_factory=fixed_policy(1, probabilities)) as gw:
+        status, headers, _ = chat(gw)
+        assert status == 200 and headers["x-tiergate-tier"] == "nvfp4"
+    data["tenants"][0]["degrade_min_probability"] = 0.8  # nvfp4's 0.7 no longer qualifies
+    with GatewayThread(parse_settings(data), policy_factory=fixed_policy(1, probabilities)) as gw:
+        status, _, _ = chat(gw)
+        assert status == 429
+
+
+def test_full_tier_queues_briefly_instead_of_failing(fault_ladder: Ladder) -> None:
+    data = settings(
+        fault_ladder, resilience={"queue_timeout_s": 5.0, "health_interval_s": 60}
+    ).model_dump(mode="json")
+    data["tenants"][0]["api_keys"] = [API_KEY]
+    for tier in data["tiers"]:
+        tier["max_inflight_per_endpoint"] = 1
+    fault_ladder.sims[2].faults(added_latency_s=0.5)
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gateway.config import parse_settings
+
+    with (
+        GatewayThread(parse_settings(data), policy_factory=fixed_policy(2)) as gw,
+        ThreadPoolExecutor(3) as pool,
+    ):
+        results = list(pool.map(lambda _: chat(gw), range(3)))
+        assert [status for status, _, _ in results] == [200, 200, 200]
+        assert all(headers["x-tiergate-tier"] == "bf16" for _, headers, _ in results)
