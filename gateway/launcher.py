@@ -105,14 +105,15 @@ def die_with_parent() -> None:
 
 
 def exit_on_sigterm() -> None:
-    """Turns SIGTERM into SystemExit so `finally` blocks (stopping children) run.
+    """Turns SIGTERM into a clean exit so `finally` blocks (stopping children) run.
 
-    uvicorn re-raises the signals it captured once it has shut down; with the default
-    SIGTERM disposition that would kill the process before its children are stopped.
+    uvicorn drains in-flight requests on SIGTERM and then re-raises the signal; with the
+    default disposition that would kill the process before its children are stopped and
+    report a drained, orderly shutdown as a crash.
     """
 
     def _raise(signum: int, frame: object) -> None:
-        raise SystemExit(128 + signum)
+        raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, _raise)
 

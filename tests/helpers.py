@@ -12,6 +12,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -245,3 +246,49 @@ class FixedPolicy:
 
 def fixed_policy(tier: int, probabilities: tuple[float, ...] | None = None) -> PolicyFactory:
     return lambda _settings: FixedPolicy(tier, probabilities)
+
+
+class GatewayProcess:
+    """`tiergate serve` as a child process, configured from a YAML file (reload tests)."""
+
+    def __init__(
+        self, config_path: Path, port: int | None = None, env: dict[str, str] | None = None
+    ) -> None:
+        self.config_path = config_path
+        self.port = port or free_port()
+        self.env = {**os.environ, **(env or {})}
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> GatewayProcess:
+        argv = [
+            sys.executable,
+            "-m",
+            "gateway.cli.main",
+            "serve",
+            "--config",
+            str(self.config_path),
+            "--port",
+            str(self.port),
+        ]
+        self.process = subprocess.Popen(argv, env=self.env, start_new_session=True)
+        wait_healthy(f"{self.url}/health", 30, self.process)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process is not None:
+            stop_processes([self.process])
+
+
+def write_settings(path: Path, settings: Settings) -> Path:
+    """Writes settings as YAML, keys in clear (tests only)."""
+    import yaml
+
+    data = settings.model_dump(mode="json")
+    for tenant, original in zip(data["tenants"], settings.tenants, strict=True):
+        tenant["api_keys"] = [key.get_secret_value() for key in original.api_keys]
+    path.write_text(yaml.safe_dump(data))
+    return path

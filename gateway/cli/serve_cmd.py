@@ -86,9 +86,11 @@ def serve(
 ) -> None:
     """Run the gateway alone, in front of the tiers named in the configuration."""
     from gateway.app import build_app
+    from gateway.launcher import exit_on_sigterm
     from gateway.routing.factory import build_policy
 
     settings = _settings(config, port)
+    exit_on_sigterm()
     app = build_app(
         settings, policy_factory=build_policy, config_path=_config_path(config), watch_config=True
     )

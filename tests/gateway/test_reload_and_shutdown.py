@@ -1,0 +1,132 @@
+"""Hot reload (admin, SIGHUP, file watch) and graceful shutdown, on a real child process."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import API_KEY, MODEL, GatewayProcess, Ladder, write_settings
+
+ADMIN = "reload-admin-token"
+
+
+def post(url: str, body: Any, key: str = API_KEY, timeout: float = 30) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")
+    request.add_header("authorization", f"Bearer {key}")
+    request.add_header("content-type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def chat(url: str, key: str = API_KEY) -> int:
+    return post(
+        f"{url}/v1/chat/completions",
+        {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+        key,
+    )[0]
+
+
+def config(ladder: Ladder, path: Path, keys: list[str]) -> Path:
+    data = ladder.settings().model_dump(mode="json")
+    data["tenants"] = [{"name": "default", "api_keys": keys}]
+    data["admin"] = {"token": ADMIN}
+    from gateway.config import parse_settings
+
+    return write_settings(path, parse_settings(data))
+
+
+def test_reload_by_admin_sighup_and_file_watch(ladder: Ladder, tmp_path: Path) -> None:
+    path = config(ladder, tmp_path / "tiergate.yaml", [API_KEY])
+    with GatewayProcess(path) as gw:
+        assert chat(gw.url) == 200 and chat(gw.url, "sk-new") == 401
+        # 1. an invalid file is refused; the running configuration keeps serving
+        path.write_text(path.read_text().replace("precision: w4a16", "precision: w9a9"))
+        status, body = post(f"{gw.url}/admin/reload", {}, ADMIN)
+        assert status == 400 and b"tiers.1.precision" in body
+        assert chat(gw.url) == 200
+        # 2. a valid file through the admin API
+        config(ladder, path, [API_KEY, "sk-new"])
+        status, _ = post(f"{gw.url}/admin/reload", {}, ADMIN)
+        assert status == 200 and chat(gw.url, "sk-new") == 200
+        # 3. SIGHUP
+        config(ladder, path, ["sk-hup"])
+        assert gw.process is not None
+        gw.process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while chat(gw.url, "sk-hup") != 200 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert chat(gw.url, "sk-hup") == 200 and chat(gw.url) == 401
+        # 4. the file watch picks a change up by itself
+        time.sleep(1.1)  # a distinct mtime
+        config(ladder, path, ["sk-watched"])
+        deadline = time.monotonic() + 10
+        while chat(gw.url, "sk-watched") != 200 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert chat(gw.url, "sk-watched") == 200
+
+
+def test_reload_under_load_loses_nothing(ladder: Ladder, tmp_path: Path) -> None:
+    path = config(ladder, tmp_path / "tiergate.yaml", [API_KEY])
+    with GatewayProcess(path) as gw:
+        results: list[int] = []
+        stop = threading.Event()
+
+        def client() -> None:
+            while not stop.is_set():
+                results.append(chat(gw.url))
+
+        threads = [threading.Thread(target=client) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for i in range(6):
+            config(ladder, path, [API_KEY, f"sk-extra-{i}"])
+            assert post(f"{gw.url}/admin/reload", {}, ADMIN)[0] == 200
+            time.sleep(0.2)
+        stop.set()
+        for thread in threads:
+            thread.join()
+        assert len(results) > 20
+        assert set(results) == {200}
+
+
+def test_graceful_shutdown_finishes_streams_in_flight(tmp_path: Path) -> None:
+    slow = Ladder.start(extra_args=("--time-scale", "20"))
+    try:
+        path = config(slow, tmp_path / "tiergate.yaml", [API_KEY])
+        with GatewayProcess(path) as gw:
+            assert gw.process is not None
+            request = urllib.request.Request(
+                f"{gw.url}/v1/chat/completions",
+                data=json.dumps(
+                    {
+                        "model": MODEL,
+                        "messages": [{"role": "user", "content": "hi"}],
+                        "max_tokens": 60,
+                        "stream": True,
+                    }
+                ).encode(),
+                method="POST",
+            )
+            request.add_header("authorization", f"Bearer {API_KEY}")
+            request.add_header("content-type", "application/json")
+            response = urllib.request.urlopen(request, timeout=60)
+            first = response.readline()
+            assert first.startswith(b"data: ")
+            gw.process.send_signal(signal.SIGTERM)  # mid-stream
+            rest = response.read()
+            assert rest.rstrip().endswith(b"data: [DONE]")  # the stream ran to its end
+            assert gw.process.wait(timeout=30) == 0
+            with pytest.raises(OSError):
+                urllib.request.urlopen(f"{gw.url}/health", timeout=2)  # no longer accepting
+    finally:
+        slow.stop()

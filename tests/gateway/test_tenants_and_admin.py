@@ -1,0 +1,149 @@
+"""Tenant limits and isolation, and the admin API's separate token."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from typing import Any
+
+import pytest
+
+from gateway.config import parse_settings
+from gateway.tenants.registry import hash_key
+from tests.helpers import MODEL, GatewayThread, Ladder
+
+ADMIN = "admin-secret-token"
+
+
+def settings(ladder: Ladder) -> Any:
+    data = ladder.settings().model_dump(mode="json")
+    data["tenants"] = [
+        {
+            "name": "alpha",
+            "api_keys": [hash_key("sk-alpha")],
+            "limits": {"requests_per_second": 2, "burst": 2},
+        },
+        {
+            "name": "beta",
+            "api_keys": ["sk-beta"],
+            "allowed_tiers": ["nvfp4", "w4a16"],
+            "limits": {"max_tokens": 16},
+        },
+        {
+            "name": "gamma",
+            "api_keys": ["sk-gamma"],
+            "allow_pinning": False,
+            "limits": {"max_body_bytes": 2048, "tokens_per_minute": 600},
+        },
+    ]
+    data["admin"] = {"token": ADMIN}
+    return parse_settings(data)
+
+
+def call(
+    gw: GatewayThread,
+    key: str | None,
+    body: Any,
+    path: str = "/v1/chat/completions",
+    method: str = "POST",
+) -> tuple[int, dict[str, str], Any]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(f"{gw.url}{path}", data=data, method=method)
+    if key is not None:
+        request.add_header("authorization", f"Bearer {key}")
+    request.add_header("content-type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=20) as response:
+            return (
+                response.status,
+                {k.lower(): v for k, v in response.headers.items()},
+                json.loads(response.read()),
+            )
+    except urllib.error.HTTPError as exc:
+        return exc.code, {k.lower(): v for k, v in exc.headers.items()}, json.loads(exc.read())
+
+
+def chat(max_tokens: int | None = 4, model: str = MODEL, content: str = "hi") -> dict[str, Any]:
+    body: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": content}]}
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    return body
+
+
+@pytest.fixture(scope="module")
+def gw(ladder: Ladder) -> Any:
+    with GatewayThread(settings(ladder)) as running:
+        yield running
+
+
+def test_requests_per_second_limit_answers_429_with_retry_after(gw: GatewayThread) -> None:
+    statuses = [call(gw, "sk-alpha", chat())[0] for _ in range(3)]
+    assert statuses[:2] == [200, 200] and statuses[2] == 429
+    status, headers, body = call(gw, "sk-alpha", chat())
+    assert status == 429 and int(headers["retry-after"]) >= 1
+    assert body["error"]["type"] == "rate_limit_error"
+    time.sleep(1.1)
+    assert call(gw, "sk-alpha", chat())[0] == 200
+    assert call(gw, "sk-beta", chat())[0] == 200  # another tenant's budget is its own
+
+
+def test_max_tokens_cap(gw: GatewayThread, ladder: Ladder) -> None:
+    status, _, body = call(gw, "sk-beta", chat(max_tokens=100))
+    assert status == 400 and body["error"]["param"] == "max_tokens"
+    status, _, body = call(gw, "sk-beta", chat(max_tokens=None))
+    assert status == 200 and body["usage"]["completion_tokens"] <= 16  # the cap was applied
+
+
+def test_tenant_tier_restrictions_and_pinning(gw: GatewayThread) -> None:
+    status, headers, _ = call(gw, "sk-beta", chat())
+    assert status == 200 and headers["x-tiergate-tier"] == "w4a16"  # beta's top allowed tier
+    status, _, body = call(gw, "sk-beta", chat(model=f"{MODEL}@bf16"))
+    assert status == 403 and body["error"]["type"] == "permission_error"
+    status, _, body = call(gw, "sk-gamma", chat(model=f"{MODEL}@nvfp4"))
+    assert status == 403
+    _, _, models = call(gw, "sk-beta", None, "/v1/models", "GET")
+    assert [m["id"] for m in models["data"]] == [MODEL, f"{MODEL}@nvfp4", f"{MODEL}@w4a16"]
+    _, _, models = call(gw, "sk-gamma", None, "/v1/models", "GET")
+    assert [m["id"] for m in models["data"]] == [MODEL]
+
+
+def test_tenant_body_limit_and_token_budget(gw: GatewayThread) -> None:
+    status, _, _ = call(gw, "sk-gamma", chat(content="x" * 3000))
+    assert status == 413
+    # 600 tokens per minute, charged from the real usage: one request really using ~520
+    # tokens leaves too little for a second asking for 200.
+    status, _, body = call(gw, "sk-gamma", {**chat(max_tokens=500), "ignore_eos": True})
+    assert status == 200 and body["usage"]["completion_tokens"] == 500
+    status, headers, body = call(gw, "sk-gamma", chat(max_tokens=200))
+    assert status == 429 and body["error"]["code"] == "token_limit_exceeded"
+    assert int(headers["retry-after"]) >= 10
+    assert call(gw, "sk-gamma", chat(max_tokens=5))[0] == 200  # a small one still fits
+
+
+def test_admin_requires_its_own_token(gw: GatewayThread) -> None:
+    for key in (None, "sk-beta", "wrong"):
+        status, _, body = call(gw, key, None, "/admin/config", "GET")
+        assert status == 401 and body["error"]["type"] == "authentication_error"
+    status, _, config = call(gw, ADMIN, None, "/admin/config", "GET")
+    assert status == 200
+    text = json.dumps(config)
+    assert "sk-beta" not in text and "sk-gamma" not in text and ADMIN not in text
+    status, _, tenants = call(gw, ADMIN, None, "/admin/tenants", "GET")
+    assert status == 200 and set(tenants) == {"alpha", "beta", "gamma"}
+    status, _, backends = call(gw, ADMIN, None, "/admin/backends", "GET")
+    assert status == 200 and set(backends) == {"nvfp4", "w4a16", "bf16"}
+
+
+def test_admin_disabled_without_a_token(ladder: Ladder) -> None:
+    with GatewayThread(ladder.settings()) as gw:
+        status, _, body = call(gw, "anything", None, "/admin/config", "GET")
+        assert status == 403 and "disabled" in body["error"]["message"]
+
+
+def test_keys_never_reach_metrics(gw: GatewayThread) -> None:
+    with urllib.request.urlopen(f"{gw.url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    assert "tiergate_requests_total" in text
+    for secret in ("sk-alpha", "sk-beta", "sk-gamma", ADMIN):
+        assert secret not in text
