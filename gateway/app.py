@@ -37,9 +37,11 @@ from gateway.backends.health import HealthChecker
 from gateway.backends.tier import TierBackend, build_tiers, endpoints_by_url
 from gateway.config import ConfigError, Settings, load_settings, resolve_secret
 from gateway.errors import InvalidRequestError, MethodNotAllowedError, NotFoundError
+from gateway.live.observer import LiveObserver
 from gateway.metrics import BackendCollector, GatewayMetrics
 from gateway.protocol import EndpointKind
 from gateway.proxy.channel import Receive, Send
+from gateway.proxy.events import ExchangeListener
 from gateway.proxy.service import ProxyService
 from gateway.routing.policy import RoutingPolicy, TopTierPolicy
 from gateway.stats import EndpointSample, Ladder, TierSample
@@ -90,11 +92,15 @@ class Gateway:
         self.metrics = GatewayMetrics(self.registry)
         self.registry.register(BackendCollector(self._backend_samples))
         self.admission = Admission()
+        self.observer = LiveObserver(settings, self.metrics, lambda: self.runtime.tiers)
+        self.listeners: list[ExchangeListener] = [self.observer]
         self.draining = False
         self.reloads = 0
         self._tasks: list[asyncio.Task[None]] = []
         self._config_mtime = _mtime(config_path)
+        self._installed = False
         self.runtime = self._build_runtime(settings, previous=None)
+        self._install(self.runtime)
         self._fallback = self._build_fallback()
 
     # -- construction ---------------------------------------------------------------------
@@ -104,7 +110,12 @@ class Gateway:
         tiers = build_tiers(settings, endpoints_by_url(previous.tiers) if previous else None)
         policy = self.policy_factory(settings)
         service = ProxyService(
-            settings.model, tiers, policy, settings.timeouts, settings.resilience
+            settings.model,
+            tiers,
+            policy,
+            timeouts=settings.timeouts,
+            resilience=settings.resilience,
+            listeners=self.listeners,
         )
         ladder = Ladder(
             tuple(tier.name for tier in settings.tiers),
@@ -126,9 +137,11 @@ class Gateway:
         return GatewayRuntime(settings, tenants, tiers, service, handlers, admin_token)
 
     def _install(self, runtime: GatewayRuntime) -> None:
-        old = self.runtime if hasattr(self, "runtime") else None
+        old = self.runtime if self._installed else None
+        self._installed = True
         self.admission.configure(runtime.tenants.tenants)
         self.runtime = runtime
+        self.observer.configure(runtime.settings)
         if old is not None:
             kept = {id(state) for tier in runtime.tiers for state in tier.endpoints}
             for tier in old.tiers:
@@ -206,7 +219,6 @@ class Gateway:
             await self.stop()
 
     async def start(self) -> None:
-        self._install(self.runtime)
         loop = asyncio.get_running_loop()
         checker = HealthChecker(
             lambda: self.runtime.tiers,
@@ -214,6 +226,7 @@ class Gateway:
         )
         await checker.check_once()
         self._tasks.append(loop.create_task(checker.run()))
+        self._tasks.extend(self.observer.start())
         if self.watch_config and self.config_path is not None:
             self._tasks.append(loop.create_task(self._watch_config()))
         if self.config_path is not None and threading.current_thread() is threading.main_thread():

@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from gateway.planner.params import Settings as PlannerSettings
 from gateway.precision import Precision, relative_cost
 from gateway.protocol import RequestLimits
 
@@ -139,6 +140,18 @@ class ResilienceSettings(Section):
     retry_after_s: float = Field(default=1.0, gt=0.0)
 
 
+class ObserverSettings(Section):
+    """The live regime observer and planner (COST_MODEL.md b.1, c)."""
+
+    enabled: bool = True
+    sample_rate: float = Field(default=0.1, ge=0.0, le=1.0)  # share of requests replayed
+    queue_size: int = Field(default=1000, ge=1)  # samples waiting; more are dropped
+    window_s: float = Field(default=300.0, gt=0.0)
+    bucket_s: float = Field(default=5.0, gt=0.0)
+    scrape_interval_s: float = Field(default=15.0, gt=0.0)
+    plan_interval_s: float = Field(default=60.0, gt=0.0)
+
+
 class ServerSettings(Section):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
@@ -163,6 +176,8 @@ class Settings(Section):
     limits: RequestLimits = RequestLimits()
     timeouts: TimeoutSettings = TimeoutSettings()
     resilience: ResilienceSettings = ResilienceSettings()
+    observer: ObserverSettings = ObserverSettings()
+    planner: PlannerSettings = PlannerSettings()
     admin: AdminSettings = AdminSettings()
     router: RouterSettings = RouterSettings()
 
@@ -280,6 +295,7 @@ __all__ = [
     "AdminSettings",
     "ConfigError",
     "Endpoint",
+    "ObserverSettings",
     "ResilienceSettings",
     "RouterSettings",
     "ServerSettings",

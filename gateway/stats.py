@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,4 +62,26 @@ class TierSample:
     queued: int
 
 
-__all__ = ["Attempt", "EndpointSample", "Ladder", "RequestRecord", "TierSample"]
+@dataclass(frozen=True, slots=True)
+class CompletedExchange:
+    """A sampled request that was answered in full, handed to off-path listeners."""
+
+    tenant: str
+    kind: str
+    tier: str
+    tier_index: int
+    request: dict[str, Any]
+    body: bytes  # the bytes relayed to the client (JSON, or the SSE events)
+    probability: float | None
+    probabilities: tuple[float, ...] | None
+    reason: str
+
+
+__all__ = [
+    "Attempt",
+    "CompletedExchange",
+    "EndpointSample",
+    "Ladder",
+    "RequestRecord",
+    "TierSample",
+]

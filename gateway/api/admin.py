@@ -1,7 +1,8 @@
 """The admin API: separate token, never a tenant key; read-only views and a reload.
 
 Routes: GET /admin/config (keys masked), GET /admin/backends, GET /admin/tenants,
-POST /admin/reload. The regime observer and planner add /admin/regime and /admin/plan.
+POST /admin/reload, GET /admin/regime (observed regime per tier), GET /admin/plan (the
+planner's recommendation, running flags and drift).
 Disabled (403) until an admin token is configured.
 """
 
@@ -98,12 +99,29 @@ async def reload(request: Request, gateway: Gateway) -> Any:
     return {"reloaded": True, "reloads": gateway.reloads}
 
 
+async def regime(request: Request, gateway: Gateway) -> Any:
+    """The observed regime per tier (the shape `tiergate plan --from-gateway` reads)."""
+    return gateway.observer.regime_view()
+
+
+async def plan(request: Request, gateway: Gateway) -> Any:
+    """The planner's latest recommendation per tier, the running flags and their drift.
+
+    `?refresh=1` evaluates now instead of waiting for the next planning period.
+    """
+    if request.query_params.get("refresh"):
+        gateway.observer.plan_once()
+    return {"tiers": gateway.observer.plan_view()}
+
+
 def routes() -> list[Route]:
     return [
         Route("/admin/config", require_admin(config), methods=["GET"]),
         Route("/admin/backends", require_admin(backends), methods=["GET"]),
         Route("/admin/tenants", require_admin(tenants), methods=["GET"]),
         Route("/admin/reload", require_admin(reload), methods=["POST"]),
+        Route("/admin/regime", require_admin(regime), methods=["GET"]),
+        Route("/admin/plan", require_admin(plan), methods=["GET"]),
     ]
 
 

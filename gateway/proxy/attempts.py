@@ -9,6 +9,7 @@ service turns into the next attempt.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Final
 
 import orjson
@@ -27,6 +28,7 @@ from gateway.errors import (
     UpstreamError,
     UpstreamTimeoutError,
 )
+from gateway.proxy.events import ExchangeListener
 from gateway.proxy.relay import Exchange, relay_body, relay_stream
 from gateway.proxy.rewrite import ModelRewriter
 from gateway.stats import Attempt
@@ -49,9 +51,15 @@ class AttemptFailed(Exception):
 class Attempter:
     """Runs attempts for the proxy service."""
 
-    def __init__(self, timeouts: TimeoutSettings, rewriters: list[ModelRewriter]) -> None:
+    def __init__(
+        self,
+        timeouts: TimeoutSettings,
+        rewriters: list[ModelRewriter],
+        listeners: Sequence[ExchangeListener] = (),
+    ) -> None:
         self.timeouts = timeouts
         self.rewriters = rewriters
+        self.listeners = listeners
 
     async def run(
         self,
@@ -65,11 +73,15 @@ class Attempter:
         asked = time.perf_counter()
         endpoint.inflight += 1
         endpoint.circuit.on_send()
+        for listener in self.listeners:
+            listener.upstream_started(tier.name, record.tenant)
         try:
             response = await self._send(exchange, tier, endpoint)
         except AttemptFailed as failure:
             exchange.waited += time.perf_counter() - asked
             endpoint.inflight -= 1
+            for listener in self.listeners:
+                listener.upstream_finished(tier.name, record.tenant)
             if failure.outcome != SATURATED:
                 endpoint.circuit.on_failure()
             tier.slot_freed()
@@ -89,6 +101,8 @@ class Attempter:
                 await relay_body(exchange, response)
         finally:
             endpoint.inflight -= 1
+            for listener in self.listeners:
+                listener.upstream_finished(tier.name, record.tenant)
             if record.error_after_first_byte and not record.client_disconnected:
                 endpoint.circuit.on_failure()
             else:

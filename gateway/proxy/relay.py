@@ -43,6 +43,7 @@ class Exchange:
     waited: float = 0.0  # seconds spent waiting on the upstream
     tier_name: str = ""
     rewrite: Callable[[bytes], bytes] = _identity
+    captured: list[bytes] | None = None  # the relayed bytes, kept only for sampled requests
 
     def __post_init__(self) -> None:
         if not self.upstream_request:
@@ -74,6 +75,8 @@ async def relay_body(exchange: Exchange, response: UpstreamResponse) -> None:
         counts = usage_counts(data)
         if counts is not None:
             record.prompt_tokens, record.completion_tokens = counts
+    if exchange.captured is not None:
+        exchange.captured.append(data)
     content_type = response.header(b"content-type") or b"application/json"
     await exchange.channel.respond(response.status, exchange.headers(content_type), data)
 
@@ -94,7 +97,10 @@ async def relay_stream(exchange: Exchange, response: UpstreamResponse) -> None:
             if _USAGE_MARKERS[0] in events or _USAGE_MARKERS[1] in events:
                 events = _take_usage(events, exchange.strip_usage, record)
             if events:
-                await channel.body(rewrite(events), more=True)
+                events = rewrite(events)
+                if exchange.captured is not None:
+                    exchange.captured.append(events)
+                await channel.body(events, more=True)
             if channel.disconnected:
                 record.client_disconnected = True
                 response.abort()

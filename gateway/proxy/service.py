@@ -8,6 +8,7 @@ retryable; after it, a failure ends the stream with an OpenAI-style error event.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -24,10 +25,11 @@ from gateway.errors import (
 from gateway.protocol import EndpointKind
 from gateway.proxy.attempts import SATURATED, Attempter, AttemptFailed
 from gateway.proxy.channel import ClientChannel
+from gateway.proxy.events import ExchangeListener
 from gateway.proxy.relay import Exchange
 from gateway.proxy.rewrite import ModelRewriter
 from gateway.routing.policy import Decision, RoutingPolicy
-from gateway.stats import RequestRecord
+from gateway.stats import CompletedExchange, RequestRecord
 from gateway.tenants.registry import Tenant
 
 PIN_SEPARATOR: Final = "@"
@@ -61,8 +63,10 @@ class ProxyService:
         public_model: str,
         tiers: list[TierBackend],
         policy: RoutingPolicy,
+        *,
         timeouts: TimeoutSettings,
         resilience: ResilienceSettings,
+        listeners: Sequence[ExchangeListener] = (),
     ) -> None:
         self.public_model = public_model
         self.tiers = tiers
@@ -70,8 +74,9 @@ class ProxyService:
         self.timeouts = timeouts
         self.resilience = resilience
         self._tier_by_name = {tier.name: tier for tier in tiers}
+        self.listeners = tuple(listeners)
         rewriters = [ModelRewriter(tier.served_model_name, public_model) for tier in tiers]
-        self._attempter = Attempter(timeouts, rewriters)
+        self._attempter = Attempter(timeouts, rewriters, self.listeners)
 
     # -- routing --------------------------------------------------------------------------
     def pinned_tier(
@@ -158,7 +163,25 @@ class ProxyService:
                     "stream_options": {**options, "include_usage": True},
                 }
                 exchange.strip_usage = True
+        wanted = [listener for listener in self.listeners if listener.wants_capture(tenant.name)]
+        if wanted:
+            exchange.captured = []
         await self._forward(exchange, tenant)
+        if wanted and record.status == 200 and not record.error_after_first_byte:
+            assert record.served_tier is not None and exchange.captured is not None
+            done = CompletedExchange(
+                tenant=tenant.name,
+                kind=kind,
+                tier=exchange.tier_name,
+                tier_index=record.served_tier,
+                request=request,
+                body=b"".join(exchange.captured),
+                probability=decision.probability,
+                probabilities=decision.probabilities,
+                reason=record.reason,
+            )
+            for listener in wanted:
+                listener.exchange_done(done)
 
     async def _forward(self, exchange: Exchange, tenant: Tenant) -> None:
         current: list[UpstreamResponse] = []

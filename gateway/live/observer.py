@@ -1,0 +1,399 @@
+"""The live regime observer: feeds the pure estimators from traffic and tier /metrics, runs
+the planner per tier, and exports the regime, the recommendation and flag drift.
+
+On the request path it only counts in-flight requests and, for a sampled share, puts the
+relayed bytes on a bounded queue (a full queue drops the sample). Everything else runs in
+background tasks: tokenizing samples through the tier's own /tokenize (so token ids match
+the engine's, chat template included), scraping /metrics, planning.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.backends.tier import TierBackend
+from gateway.config import Settings
+from gateway.live import upstream
+from gateway.metrics import GatewayMetrics
+from gateway.observer.completions import completion_texts
+from gateway.observer.regime import RegimeReport, RegimeTracker, TrackerConfig
+from gateway.observer.vllm_metrics import VllmMetricsSnapshot, parse_vllm_metrics
+from gateway.planner.costmodel import CostModel
+from gateway.planner.planner import Planner, PlanningError, Regime, TierConfig, TierPlan
+from gateway.stats import CompletedExchange
+
+log = logging.getLogger("tiergate.observer")
+
+FLAGS = ("speculative_decoding", "prefix_caching")
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    tier: str
+    tenant: str
+    request: dict[str, Any]
+    body: bytes
+    at: float
+
+
+@dataclass(slots=True)
+class RunningFlags:
+    """What a tier runs with, as far as the gateway can tell (None: unknown)."""
+
+    speculative: bool | None = None
+    prefix_caching: bool | None = None
+
+    def as_tuple(self) -> tuple[bool | None, bool | None]:
+        return self.speculative, self.prefix_caching
+
+
+def flags_from_args(args: Sequence[str]) -> RunningFlags:
+    """The toggles a `vllm serve` argument list sets (vLLM defaults: APC on, no speculation)."""
+    flags = RunningFlags(speculative=False, prefix_caching=True)
+    for arg in args:
+        name = arg.split("=", 1)[0]
+        if name == "--no-enable-prefix-caching":
+            flags.prefix_caching = False
+        elif name == "--enable-prefix-caching":
+            flags.prefix_caching = True
+        elif name in {"--speculative-config", "-sc"}:
+            flags.speculative = True
+    return flags
+
+
+def flags_from_snapshot(snapshot: VllmMetricsSnapshot) -> RunningFlags:
+    cache = snapshot.cache_config
+    return RunningFlags(
+        # spec-decode counters exist only on an engine that speculates
+        speculative=snapshot.spec_decode_num_drafts is not None,
+        prefix_caching=None if cache is None else cache.enable_prefix_caching,
+    )
+
+
+def regime_of(report: RegimeReport) -> Regime | None:
+    """The planner's input from a report, preferring engine counters where they exist
+    (b.1 step 1); None while the tier has seen no traffic."""
+    conc = report.concurrency
+    # The gateway's time-weighted mean is exact for its own traffic; the engine's scraped
+    # running + waiting also sees other clients but only at scrape instants. Take the larger.
+    known = [c for c in (conc.mean, conc.engine_mean) if c is not None]
+    c = max(known, default=0.0)
+    if c <= 0:
+        return None
+    rho = report.rho.engine if report.rho.engine is not None else report.rho.lru
+    r = report.r.r_engine if report.r.r_engine is not None else report.r.r_iid
+    return Regime(
+        concurrency=c,
+        rho=min(1.0, max(0.0, rho or 0.0)),
+        r=min(1.0, max(0.0, r or 0.0)),
+        l_in=report.l_in or None,
+        l_out=report.l_out or None,
+    )
+
+
+@dataclass(slots=True)
+class _TierState:
+    tier: TierBackend
+    tracker: RegimeTracker
+    planner: Planner
+    running: RunningFlags = field(default_factory=RunningFlags)
+    last_plan: TierPlan | None = None
+    last_regime: Regime | None = None
+    note: str = "no traffic yet"
+
+
+class LiveObserver:
+    """One per gateway; implements ExchangeListener for the proxy."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        metrics: GatewayMetrics,
+        tiers: Callable[[], Sequence[TierBackend]],
+        clock: Callable[[], float] = time.monotonic,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
+        self.metrics = metrics
+        self.tiers = tiers
+        self.clock = clock
+        self.rng = rng
+        self.dropped = 0
+        self.processed = 0
+        self._queue: asyncio.Queue[Sample] | None = None
+        self._states: dict[str, _TierState] = {}
+        self._read_settings(settings)
+
+    def _read_settings(self, settings: Settings) -> None:
+        self.settings = settings
+        self.observer = settings.observer
+        self.rate = settings.observer.sample_rate if settings.observer.enabled else 0.0
+
+    # -- configuration ---------------------------------------------------------------------
+    def configure(self, settings: Settings) -> None:
+        """(Re)reads the settings and the current tiers; a tier whose name and precision are
+        unchanged keeps its history and planner state."""
+        self._read_settings(settings)
+        states = {}
+        for tier in self.tiers():
+            kept = self._states.get(tier.name)
+            if kept is not None and kept.tier.settings.precision == tier.settings.precision:
+                kept.tier = tier
+                states[tier.name] = kept
+                continue
+            states[tier.name] = self._new_state(tier, settings.planner.serve.block_size)
+        self._states = states
+
+    def _new_state(self, tier: TierBackend, block_size: int) -> _TierState:
+        planner = self.settings.planner
+        tracker = RegimeTracker(
+            TrackerConfig(
+                window_s=self.observer.window_s,
+                bucket_s=min(self.observer.bucket_s, self.observer.window_s),
+                block_size=block_size,
+                min_n=planner.serve.prompt_lookup_min,
+                max_n=planner.serve.prompt_lookup_max,
+                num_speculative_tokens=planner.cost.num_speculative_tokens,
+            )
+        )
+        precision = tier.settings.precision
+        model = CostModel.from_settings(planner)
+        tracker.configure_tier(
+            tier.name,
+            precision=precision,
+            capacity_blocks=int(model.kv_capacity_tokens(precision) // block_size),
+            eta=model.eta(precision),
+        )
+        state = _TierState(tier, tracker, Planner(planner, candidates=[precision]))
+        if tier.settings.vllm_args is not None:
+            state.running = flags_from_args(tier.settings.vllm_args)
+        return state
+
+    # -- ExchangeListener (request path: cheap, never raises) --------------------------------
+    def wants_capture(self, tenant: str) -> bool:
+        return self.rate > 0.0 and self.rng() < self.rate
+
+    def upstream_started(self, tier: str, tenant: str) -> None:
+        state = self._states.get(tier)
+        if state is not None:
+            state.tracker.request_started(tier, tenant, self.clock())
+
+    def upstream_finished(self, tier: str, tenant: str) -> None:
+        state = self._states.get(tier)
+        if state is not None:
+            state.tracker.request_finished(tier, tenant, self.clock())
+
+    def exchange_done(self, exchange: CompletedExchange) -> None:
+        if self._queue is None:
+            return
+        sample = Sample(
+            exchange.tier, exchange.tenant, exchange.request, exchange.body, self.clock()
+        )
+        try:
+            self._queue.put_nowait(sample)
+        except asyncio.QueueFull:
+            self.dropped += 1
+
+    # -- background work ---------------------------------------------------------------------
+    def start(self) -> list[asyncio.Task[None]]:
+        self._queue = asyncio.Queue(self.observer.queue_size)
+        loop = asyncio.get_running_loop()
+        return [
+            loop.create_task(self._consume()),
+            loop.create_task(self._every(self.observer.scrape_interval_s, self.scrape_once)),
+            loop.create_task(self._every(self.observer.plan_interval_s, self._plan_async)),
+        ]
+
+    async def _every(self, period_s: float, work: Callable[[], Any]) -> None:
+        while True:
+            await asyncio.sleep(period_s)
+            try:
+                await work()
+            except Exception:  # a background failure must never stop the loop
+                log.exception("observer task failed")
+
+    async def _plan_async(self) -> None:
+        self.plan_once()
+
+    async def _consume(self) -> None:
+        assert self._queue is not None
+        while True:
+            sample = await self._queue.get()
+            try:
+                await self.process(sample)
+            except Exception:
+                log.exception("dropping a regime sample")
+
+    async def process(self, sample: Sample) -> None:
+        """Tokenizes one sample through its tier and feeds the replay estimators."""
+        state = self._states.get(sample.tier)
+        if state is None:
+            return
+        endpoint = next((e for e in state.tier.endpoints if e.healthy), None)
+        if endpoint is None:
+            return
+        served = state.tier.served_model_name
+        request = sample.request
+        if "messages" in request:
+            query: dict[str, Any] = {"model": served, "messages": request["messages"]}
+        else:
+            prompt = request.get("prompt")
+            query = {"model": served, "prompt": prompt if isinstance(prompt, str) else str(prompt)}
+        prompt_ids = await upstream.tokenize(endpoint, query)
+        texts = completion_texts(sample.body)
+        completion_ids = (
+            await upstream.tokenize(
+                endpoint, {"model": served, "prompt": texts[0], "add_special_tokens": False}
+            )
+            if texts and texts[0]
+            else None
+        )
+        if prompt_ids is None:
+            return
+        tracker = state.tracker
+        tracker.prompt_sampled(sample.tier, sample.tenant, sample.at, prompt_ids)
+        if completion_ids:
+            tracker.completion_sampled(
+                sample.tier, sample.tenant, sample.at, prompt_ids, completion_ids
+            )
+        self.processed += 1
+
+    async def scrape_once(self) -> None:
+        now = self.clock()
+        for name, state in self._states.items():
+            for endpoint in state.tier.endpoints:
+                text = await upstream.get(endpoint, b"/metrics")
+                if text is None:
+                    continue
+                try:
+                    snapshot = parse_vllm_metrics(text.decode(), state.tier.served_model_name)
+                except ValueError:
+                    continue
+                self._adopt_block_size(state, snapshot)
+                state.tracker.engine_snapshot(name, now, snapshot)
+                if state.tier.settings.vllm_args is None:
+                    state.running = flags_from_snapshot(snapshot)
+
+    def _adopt_block_size(self, state: _TierState, snapshot: VllmMetricsSnapshot) -> None:
+        # Replay must hash blocks of the engine's size (vLLM on CPU uses 128, on GPU 16).
+        cache = snapshot.cache_config
+        size = None if cache is None else cache.block_size
+        if size and size != state.tracker.config.block_size:
+            fresh = self._new_state(state.tier, size)
+            state.tracker = fresh.tracker
+
+    def plan_once(self) -> None:
+        """One b.1 evaluation per tier; updates the gauges and the /admin/plan view."""
+        now = self.clock()
+        metrics = self.metrics
+        for name, state in self._states.items():
+            report = state.tracker.report(name, now)
+            self._export_regime(name, report)
+            regime = regime_of(report)
+            if regime is None:
+                state.note = "no traffic in the window"
+                continue
+            try:
+                step = state.planner.step(now, regime)
+            except PlanningError as exc:
+                state.note = str(exc)
+                continue
+            state.last_plan, state.last_regime, state.note = step.plan, regime, step.note
+            recommended = (step.plan.speculative, step.plan.prefix_caching)
+            running = state.running.as_tuple()
+            model = CostModel.from_settings(self.settings.planner)
+            metrics.expected_cpt.labels(name, "recommended").set(step.plan.expected_cpt)
+            if None not in running:
+                cost = model.cpt(
+                    regime.concurrency,
+                    regime.rho,
+                    regime.r,
+                    state.tier.settings.precision,
+                    bool(running[0]),
+                    bool(running[1]),
+                    l_in=regime.l_in,
+                    l_out=regime.l_out,
+                )
+                metrics.expected_cpt.labels(name, "running").set(cost)
+            for flag, wanted, actual in zip(FLAGS, recommended, running, strict=True):
+                metrics.flag_recommended.labels(name, flag).set(1 if wanted else 0)
+                if actual is not None:
+                    metrics.flag_running.labels(name, flag).set(1 if actual else 0)
+                    metrics.flag_drift.labels(name, flag).set(1 if actual != wanted else 0)
+
+    def _export_regime(self, tier: str, report: RegimeReport) -> None:
+        metrics = self.metrics
+        conc = report.concurrency
+        for stat, value in (("mean", conc.mean), ("p50", conc.p50), ("p95", conc.p95)):
+            if value is not None:
+                metrics.regime_concurrency.labels(tier, stat).set(value)
+        for source, value in (
+            ("replay_unbounded", report.rho.unbounded),
+            ("replay_lru", report.rho.lru),
+            ("engine", report.rho.engine),
+        ):
+            if value is not None:
+                metrics.regime_prefix_share.labels(tier, source).set(value)
+        for source, value in (("replay", report.r.r_iid), ("engine", report.r.r_engine)):
+            if value is not None:
+                metrics.regime_repetitiveness.labels(tier, source).set(value)
+
+    # -- views for the admin API ---------------------------------------------------------------
+    def regime_view(self) -> dict[str, Any]:
+        now = self.clock()
+        return {
+            "tiers": {
+                name: state.tracker.report(name, now).to_dict()
+                for name, state in self._states.items()
+            },
+            "samples": {"processed": self.processed, "dropped": self.dropped},
+        }
+
+    def plan_view(self) -> dict[str, Any]:
+        view: dict[str, Any] = {}
+        for name, state in self._states.items():
+            plan = state.last_plan
+            running = state.running
+            entry: dict[str, Any] = {
+                "precision": state.tier.settings.precision,
+                "note": state.note,
+                "running": {
+                    "speculative": running.speculative,
+                    "prefix_caching": running.prefix_caching,
+                },
+            }
+            if plan is not None and state.last_regime is not None:
+                entry["regime"] = {
+                    "concurrency": state.last_regime.concurrency,
+                    "rho": state.last_regime.rho,
+                    "r": state.last_regime.r,
+                }
+                entry["recommended"] = plan.to_dict()
+                entry["drift"] = {
+                    "speculative": None
+                    if running.speculative is None
+                    else running.speculative != plan.speculative,
+                    "prefix_caching": None
+                    if running.prefix_caching is None
+                    else running.prefix_caching != plan.prefix_caching,
+                }
+            view[name] = entry
+        return view
+
+    def current_configs(self) -> dict[str, TierConfig | None]:
+        return {name: state.planner.current for name, state in self._states.items()}
+
+
+__all__ = [
+    "LiveObserver",
+    "RunningFlags",
+    "Sample",
+    "flags_from_args",
+    "flags_from_snapshot",
+    "regime_of",
+]

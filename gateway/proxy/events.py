@@ -1,0 +1,28 @@
+"""Who else hears about an exchange: the regime observer and shadow evaluation.
+
+Listeners are called on the request path, so every method must be cheap and must never
+raise or block: real work goes onto their own bounded queues.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from gateway.stats import CompletedExchange
+
+
+class ExchangeListener(Protocol):
+    def wants_capture(self, tenant: str) -> bool:
+        """Whether this request's answer should be kept for the listener (sampling)."""
+        ...
+
+    def upstream_started(self, tier: str, tenant: str) -> None: ...
+
+    def upstream_finished(self, tier: str, tenant: str) -> None: ...
+
+    def exchange_done(self, exchange: CompletedExchange) -> None:
+        """A request this listener asked to capture was answered 200 in full."""
+        ...
+
+
+__all__ = ["ExchangeListener"]

@@ -1,0 +1,166 @@
+"""The live observer against simulated tiers: regime, plan, running flags, drift."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from gateway.live.observer import flags_from_args, regime_of
+from gateway.observer.regime import ConcurrencySummary, RegimeReport, RhoSummary, RSummary
+from tests.helpers import API_KEY, MODEL, GatewayThread, Ladder, Sim, free_port
+
+ADMIN = "observer-admin"
+
+
+def test_flags_from_vllm_args() -> None:
+    assert flags_from_args([]).as_tuple() == (False, True)  # vLLM's defaults
+    assert flags_from_args(["--no-enable-prefix-caching"]).as_tuple() == (False, False)
+    spec = ["--speculative-config", '{"method": "ngram"}', "--enable-prefix-caching"]
+    assert flags_from_args(spec).as_tuple() == (True, True)
+
+
+def report(
+    c_mean: float | None,
+    c_engine: float | None,
+    rho_engine: float | None,
+    rho_lru: float | None,
+    r_engine: float | None,
+    r_iid: float | None,
+) -> RegimeReport:
+    return RegimeReport(
+        tier="t",
+        tenant="*",
+        precision="bf16",
+        now=0.0,
+        window_s=60.0,
+        concurrency=ConcurrencySummary(c_mean, None, None, None, c_engine),
+        rho=RhoSummary(None, rho_lru, rho_engine, 0, None),
+        r=RSummary(r_iid, None, None, None, None, 0, None, r_engine),
+        l_in=None,
+        l_out=None,
+    )
+
+
+def test_regime_prefers_engine_counters() -> None:
+    assert regime_of(report(None, None, None, None, None, None)) is None
+    regime = regime_of(report(3.0, 5.0, 0.4, 0.1, 0.3, 0.2))
+    assert regime is not None and (regime.concurrency, regime.rho, regime.r) == (5.0, 0.4, 0.3)
+    regime = regime_of(report(3.0, 0.0, 0.4, 0.1, 0.3, 0.2))  # idle at every scrape instant
+    assert regime is not None and regime.concurrency == 3.0
+    regime = regime_of(report(3.0, None, None, 0.1, None, 0.2))
+    assert regime is not None and (regime.concurrency, regime.rho, regime.r) == (3.0, 0.1, 0.2)
+
+
+@pytest.fixture(scope="module")
+def observed() -> Iterator[tuple[Ladder, GatewayThread]]:
+    ladder = Ladder(
+        [
+            Sim("nvfp4", free_port(), f"{MODEL}-nvfp4", extra_args=("--prefix-caching",)),
+            Sim("w4a16", free_port(), f"{MODEL}-w4a16", extra_args=("--spec-decode",)),
+            Sim("bf16", free_port(), f"{MODEL}-bf16"),
+        ]
+    )
+    for sim in ladder.sims:
+        sim.start()
+    settings = ladder.settings(
+        observer={
+            "sample_rate": 1.0,
+            "scrape_interval_s": 0.5,
+            "plan_interval_s": 3600,
+            "window_s": 600,
+            "bucket_s": 5,
+        },
+        admin={"token": ADMIN},
+        planner={"hardware": "h200", "policy": {"dwell_s": 0, "confirmations": 1}},
+    )
+    try:
+        with GatewayThread(settings) as gw:
+            yield ladder, gw
+    finally:
+        ladder.stop()
+
+
+def admin(gw: GatewayThread, path: str) -> Any:
+    request = urllib.request.Request(
+        f"{gw.url}{path}", headers={"authorization": f"Bearer {ADMIN}"}
+    )
+    with urllib.request.urlopen(request, timeout=20) as response:
+        return json.loads(response.read())
+
+
+def chat(
+    gw: GatewayThread, tier: str, messages: list[dict[str, str]], max_tokens: int = 40
+) -> None:
+    body = {"model": f"{MODEL}@{tier}", "messages": messages, "max_tokens": max_tokens}
+    request = urllib.request.Request(
+        f"{gw.url}/v1/chat/completions", data=json.dumps(body).encode(), method="POST"
+    )
+    request.add_header("authorization", f"Bearer {API_KEY}")
+    request.add_header("content-type", "application/json")
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert response.status == 200
+
+
+SYSTEM = {"role": "system", "content": "You are a careful assistant for the billing team. " * 20}
+CODE = "def total(items):\n    return sum(item.price * item.quantity for item in items)\n" * 6
+
+
+def test_regime_plan_and_drift(observed: tuple[Ladder, GatewayThread]) -> None:
+    ladder, gw = observed
+    # Engine counters enter as deltas between scrapes: let the first scrape land before any
+    # traffic, so the engine and the replay see the same requests.
+    deadline = time.monotonic() + 10
+    while admin(gw, "/admin/regime")["tiers"]["nvfp4"]["concurrency"]["engine_mean"] is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    for i in range(12):
+        chat(gw, "nvfp4", [SYSTEM, {"role": "user", "content": f"question {i} about invoices"}])
+        chat(
+            gw,
+            "w4a16",
+            [{"role": "user", "content": f"Please rewrite and fix this code {i}:\n{CODE}"}],
+            80,
+        )
+        chat(gw, "bf16", [{"role": "user", "content": f"tell me a fresh story number {i}"}])
+    deadline = time.monotonic() + 20
+    view: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        view = admin(gw, "/admin/regime")
+        if view["samples"]["processed"] >= 36 and view["tiers"]["w4a16"]["r"]["a_obs"] is not None:
+            break
+        time.sleep(0.3)
+    assert view["samples"] == {"processed": 36, "dropped": 0}
+    tiers = view["tiers"]
+    # Shared system prompts: the replay sees prefix sharing, and so does the engine.
+    nvfp4 = tiers["nvfp4"]["rho"]
+    assert nvfp4["unbounded"] > 0.5 and nvfp4["engine"] is not None
+    assert nvfp4["unbounded"] == pytest.approx(nvfp4["engine"], abs=0.02)
+    assert tiers["bf16"]["rho"]["unbounded"] < 0.3
+    # Copy-heavy answers: n-gram replay finds repetitiveness; the speculating engine agrees.
+    w4a16 = tiers["w4a16"]["r"]
+    assert w4a16["r_iid"] > tiers["bf16"]["r"]["r_iid"]
+    assert w4a16["r_engine"] is not None
+    plan = admin(gw, "/admin/plan?refresh=1")["tiers"]
+    assert plan["nvfp4"]["running"] == {"speculative": False, "prefix_caching": True}
+    assert plan["w4a16"]["running"] == {"speculative": True, "prefix_caching": False}
+    for tier in ("nvfp4", "w4a16", "bf16"):
+        entry = plan[tier]
+        assert entry["recommended"]["precision"] == tier  # a tier's precision is its identity
+        assert "--kv-cache-dtype" in entry["recommended"]["vllm_args"]
+        for flag, key in (
+            ("speculative_decoding", "speculative"),
+            ("prefix_caching", "prefix_caching"),
+        ):
+            drift = entry["running"][key] != entry["recommended"][key]
+            assert entry["drift"][key] == drift
+            assert gw.metric("tiergate_flag_drift", {"tier": tier, "flag": flag}) == float(drift)
+            assert gw.metric("tiergate_flag_recommended", {"tier": tier, "flag": flag}) == float(
+                entry["recommended"][key]
+            )
+    assert gw.metric("tiergate_regime_prefix_share", {"tier": "nvfp4", "source": "engine"}) > 0.5
+    assert gw.metric("tiergate_regime_concurrency", {"tier": "bf16", "stat": "mean"}) > 0
