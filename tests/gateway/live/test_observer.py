@@ -25,6 +25,7 @@ def test_flags_from_vllm_args() -> None:
 
 
 def report(
+    *,
     c_mean: float | None,
     c_engine: float | None,
     rho_engine: float | None,
@@ -47,12 +48,25 @@ def report(
 
 
 def test_regime_prefers_engine_counters() -> None:
-    assert regime_of(report(None, None, None, None, None, None)) is None
-    regime = regime_of(report(3.0, 5.0, 0.4, 0.1, 0.3, 0.2))
+    assert (
+        regime_of(
+            report(
+                c_mean=None, c_engine=None, rho_engine=None, rho_lru=None, r_engine=None, r_iid=None
+            )
+        )
+        is None
+    )
+    regime = regime_of(
+        report(c_mean=3.0, c_engine=5.0, rho_engine=0.4, rho_lru=0.1, r_engine=0.3, r_iid=0.2)
+    )
     assert regime is not None and (regime.concurrency, regime.rho, regime.r) == (5.0, 0.4, 0.3)
-    regime = regime_of(report(3.0, 0.0, 0.4, 0.1, 0.3, 0.2))  # idle at every scrape instant
+    regime = regime_of(
+        report(c_mean=3.0, c_engine=0.0, rho_engine=0.4, rho_lru=0.1, r_engine=0.3, r_iid=0.2)
+    )  # idle at every scrape instant
     assert regime is not None and regime.concurrency == 3.0
-    regime = regime_of(report(3.0, None, None, 0.1, None, 0.2))
+    regime = regime_of(
+        report(c_mean=3.0, c_engine=None, rho_engine=None, rho_lru=0.1, r_engine=None, r_iid=0.2)
+    )
     assert regime is not None and (regime.concurrency, regime.rho, regime.r) == (3.0, 0.1, 0.2)
 
 
@@ -111,7 +125,7 @@ CODE = "def total(items):\n    return sum(item.price * item.quantity for item in
 
 
 def test_regime_plan_and_drift(observed: tuple[Ladder, GatewayThread]) -> None:
-    ladder, gw = observed
+    _, gw = observed
     # Engine counters enter as deltas between scrapes: let the first scrape land before any
     # traffic, so the engine and the replay see the same requests.
     deadline = time.monotonic() + 10
