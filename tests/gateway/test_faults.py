@@ -258,3 +258,32 @@ def test_full_tier_queues_briefly_instead_of_failing(fault_ladder: Ladder) -> No
         results = list(pool.map(lambda _: chat(gw), range(3)))
         assert [status for status, _, _ in results] == [200, 200, 200]
         assert all(headers["x-tiergate-tier"] == "bf16" for _, headers, _ in results)
+
+
+def test_health_checks_take_endpoints_out_and_back(fault_ladder: Ladder) -> None:
+    data = settings(fault_ladder, resilience={"health_interval_s": 0.2}).model_dump(mode="json")
+    data["tenants"][0]["api_keys"] = [API_KEY]
+    from gateway.config import parse_settings
+
+    nvfp4 = fault_ladder.sims[0]
+    labels = {"tier": "nvfp4", "endpoint": f"{nvfp4.url}/v1"}
+
+    def wait_for(value: float) -> float:
+        deadline = time.monotonic() + 5
+        while gw.metric("tiergate_backend_up", labels) != value and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return gw.metric("tiergate_backend_up", labels)
+
+    with GatewayThread(parse_settings(data), policy_factory=fixed_policy(0)) as gw:
+        assert wait_for(1.0) == 1.0
+        nvfp4.stop()
+        assert wait_for(0.0) == 0.0
+        status, headers, _ = chat(gw)  # not even attempted: the health check took it out
+        assert status == 200 and headers["x-tiergate-tier"] == "w4a16"
+        assert attempts(gw, "nvfp4", "connect_error") == 0
+        with urllib.request.urlopen(f"{gw.url}/ready", timeout=5) as response:
+            assert json.loads(response.read())["tiers"]["nvfp4"] is False
+        nvfp4.start()
+        assert wait_for(1.0) == 1.0
+        status, headers, _ = chat(gw)
+        assert status == 200 and headers["x-tiergate-tier"] == "nvfp4"
