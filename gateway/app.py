@@ -24,6 +24,7 @@ from prometheus_client import (
     CollectorRegistry,
     disable_created_metrics,
     generate_latest,
+    multiprocess,
 )
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -51,6 +52,8 @@ from gateway.tenants.registry import TenantRegistry
 log = logging.getLogger("tiergate")
 
 PolicyFactory = Callable[[Settings], RoutingPolicy]
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+CONFIG_ENV = "TIERGATE_CONFIG"
 _GENERATION_ROUTES: tuple[tuple[str, EndpointKind], ...] = (
     ("/v1/chat/completions", "chat"),
     ("/v1/completions", "completions"),
@@ -255,7 +258,15 @@ class Gateway:
         return endpoints, [TierSample(tier.name, tier.queued) for tier in tiers]
 
     def exposition(self) -> tuple[bytes, str]:
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        directory = os.environ.get(MULTIPROC_ENV)
+        if not directory:
+            return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        # Several worker processes: counters and histograms live in files shared by all
+        # workers; this worker's backend view is added from its own state.
+        merged = CollectorRegistry()
+        multiprocess.MultiProcessCollector(merged, directory)  # type: ignore[no-untyped-call]
+        merged.register(BackendCollector(self._backend_samples))
+        return generate_latest(merged), CONTENT_TYPE_LATEST
 
 
 def _mtime(path: Path | None) -> float | None:
@@ -279,6 +290,17 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
     return routes.error_response(error)
 
 
+def create_app_from_env() -> Gateway:
+    """The factory each worker process calls (`tiergate serve --workers N`): the config
+    path comes from $TIERGATE_CONFIG, set by the parent."""
+    from gateway.routing.factory import build_policy
+
+    path = Path(os.environ[CONFIG_ENV])
+    return build_app(
+        load_settings(path), policy_factory=build_policy, config_path=path, watch_config=True
+    )
+
+
 def build_app(
     settings: Settings,
     *,
@@ -299,4 +321,4 @@ def build_app(
     )
 
 
-__all__ = ["Gateway", "GatewayRuntime", "build_app"]
+__all__ = ["Gateway", "GatewayRuntime", "build_app", "create_app_from_env"]

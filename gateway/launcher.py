@@ -8,11 +8,14 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import uvicorn
 
@@ -150,21 +153,48 @@ def stop_processes(processes: Sequence[subprocess.Popen[bytes]], grace_s: float 
             process.wait()
 
 
-def gateway_config(app: object, host: str, port: int, log_level: str = "info") -> uvicorn.Config:
+def gateway_server_options(log_level: str = "info") -> dict[str, Any]:
     """uvicorn settings for the gateway's hot path: httptools parser, uvloop, no access log."""
-    return uvicorn.Config(
-        app,  # type: ignore[arg-type]
+    return {
+        "loop": "uvloop",
+        "http": "httptools",
+        "lifespan": "on",
+        "access_log": False,
+        "server_header": False,
+        "log_level": log_level,
+        "timeout_keep_alive": 75,
+        "backlog": 4096,
+        "timeout_graceful_shutdown": 30,
+    }
+
+
+def gateway_config(app: object, host: str, port: int, log_level: str = "info") -> uvicorn.Config:
+    return uvicorn.Config(app, host=host, port=port, **gateway_server_options(log_level))  # type: ignore[arg-type]
+
+
+def serve_workers(config_path: Path, host: str, port: int, workers: int) -> None:
+    """One gateway process per worker on a shared socket; metrics merged across workers.
+
+    Workers are fresh interpreters (uvicorn spawns them), each building its own Gateway from
+    $TIERGATE_CONFIG; counters and histograms go to files in $PROMETHEUS_MULTIPROC_DIR,
+    which any worker's /metrics merges.
+    """
+    os.environ["TIERGATE_CONFIG"] = str(config_path.resolve())
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if directory:
+        target = Path(directory)
+        target.mkdir(parents=True, exist_ok=True)
+        for stale in target.glob("*.db"):
+            stale.unlink()
+    else:
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="tiergate-metrics-")
+    uvicorn.run(
+        "gateway.app:create_app_from_env",
+        factory=True,
         host=host,
         port=port,
-        loop="uvloop",
-        http="httptools",
-        lifespan="on",
-        access_log=False,
-        server_header=False,
-        log_level=log_level,
-        timeout_keep_alive=75,
-        backlog=4096,
-        timeout_graceful_shutdown=30,
+        workers=workers,
+        **gateway_server_options(),
     )
 
 
@@ -197,8 +227,10 @@ __all__ = [
     "die_with_parent",
     "exit_on_sigterm",
     "gateway_config",
+    "gateway_server_options",
     "local_sim_specs",
     "running_sims",
+    "serve_workers",
     "stop_processes",
     "wait_healthy",
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from gateway import __version__
@@ -247,10 +247,16 @@ class GatewayMetrics:
             ["tenant"],
             registry=registry,
         )
-        self.build_info = Info(
-            "tiergate_build", "Version of the running gateway.", registry=registry
+        # A gauge rather than an Info: Info metrics do not work in multiprocess mode.
+        labels = {"version": __version__, **(build_labels or {})}
+        self.build_info = Gauge(
+            "tiergate_build_info",
+            "Version of the running gateway (value 1).",
+            list(labels),
+            registry=registry,
+            multiprocess_mode="max",
         )
-        self.build_info.info({"version": __version__, **(build_labels or {})})
+        self.build_info.labels(*labels.values()).set(1)
         # Baseline per tenant for the uniform_floor savings: set by the router (alpha).
         self.uniform_floor_tier: dict[str, int] = {}
 

@@ -190,6 +190,13 @@ class GatewayThread:
         value = self.registry.get_sample_value(name, labels or {})
         return 0.0 if value is None else float(value)
 
+    def metric_at_least(self, name: str, labels: dict[str, str], minimum: float) -> float:
+        """Waits briefly (requests are recorded just after their last byte) for `minimum`."""
+        deadline = time.monotonic() + 5
+        while self.metric(name, labels) < minimum and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return self.metric(name, labels)
+
     def settled_metric(
         self, name: str, labels: dict[str, str] | None = None, expected: float | None = None
     ) -> float:
@@ -258,6 +265,7 @@ class GatewayProcess:
         self.port = port or free_port()
         self.env = {**os.environ, **(env or {})}
         self.process: subprocess.Popen[bytes] | None = None
+        self.argv_extra: list[str] = []
 
     @property
     def url(self) -> str:
@@ -273,6 +281,7 @@ class GatewayProcess:
             str(self.config_path),
             "--port",
             str(self.port),
+            *self.argv_extra,
         ]
         self.process = subprocess.Popen(argv, env=self.env, start_new_session=True)
         wait_healthy(f"{self.url}/health", 30, self.process)

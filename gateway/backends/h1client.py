@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import Final
+from typing import Final, cast
 
 import httptools
 
@@ -179,8 +179,8 @@ class _Connection(asyncio.Protocol):
 
     # -- asyncio.Protocol ---------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's TCPTransport implements asyncio.Transport without subclassing it.
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         if self.response is None:

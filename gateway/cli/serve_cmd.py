@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from gateway.precision import Precision
+
+
+def run_event_loop(main: Coroutine[Any, Any, None]) -> None:
+    """Runs on uvloop (asyncio.run would silently use the slower default loop)."""
+    import uvloop
+
+    uvloop.run(main)
+
 
 ConfigOption = Annotated[
     Path | None,
@@ -72,7 +80,7 @@ def up(
                     [t.name for t in settings.tiers],
                 )
             )
-            asyncio.run(_serve(app, host, settings.server.port))
+            run_event_loop(_serve(app, host, settings.server.port))
     except RuntimeError as exc:
         typer.echo(f"tiergate: {exc}", err=True)
         raise typer.Exit(1) from None
@@ -83,18 +91,29 @@ def serve(
     config: ConfigOption = None,
     port: Annotated[int | None, typer.Option(help="Override server.port.")] = None,
     host: Annotated[str | None, typer.Option(help="Override server.host.")] = None,
+    workers: Annotated[
+        int | None, typer.Option(help="Processes (one per core); overrides server.workers.")
+    ] = None,
 ) -> None:
     """Run the gateway alone, in front of the tiers named in the configuration."""
     from gateway.app import build_app
-    from gateway.launcher import exit_on_sigterm
+    from gateway.launcher import exit_on_sigterm, serve_workers
     from gateway.routing.factory import build_policy
 
     settings = _settings(config, port)
+    count = workers or settings.server.workers
+    path = _config_path(config)
+    if count > 1:
+        if path is None:
+            typer.echo("tiergate: --workers needs a --config file (each worker reads it)", err=True)
+            raise typer.Exit(2)
+        serve_workers(path, host or settings.server.host, settings.server.port, count)
+        return
     exit_on_sigterm()
     app = build_app(
         settings, policy_factory=build_policy, config_path=_config_path(config), watch_config=True
     )
-    asyncio.run(_serve(app, host or settings.server.host, settings.server.port))
+    run_event_loop(_serve(app, host or settings.server.host, settings.server.port))
 
 
 async def _serve(app: object, host: str, port: int) -> None:
@@ -176,7 +195,7 @@ def sim(
         prefix_caching=prefix_caching,
     )
     server = SimServer(config, served_model_name or f"sim-{precision}", faults, seed=seed)
-    asyncio.run(serve_sim(server, host, port, log_level=log_level))
+    run_event_loop(serve_sim(server, host, port, log_level=log_level))
 
 
 def register(app: typer.Typer) -> None:
