@@ -1,0 +1,106 @@
+"""deploy/compose: both files pass `docker-compose config` (no engine needed) and wire the
+ladder, the gateway, Prometheus and Grafana together; no secret is committed."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+from typing import Any, Final
+
+import yaml
+
+from gateway.config import load_settings
+from tests.deploy.support import DEPLOY, require_binary
+
+COMPOSE: Final = DEPLOY / "compose"
+GPU: Final = COMPOSE / "docker-compose.gpu.yml"
+CPU: Final = COMPOSE / "docker-compose.cpu.yml"
+SECRETS: Final = {"TIERGATE_KEYS_DEFAULT": "sk-placeholder", "GRAFANA_ADMIN_PASSWORD": "pw"}
+TIERS: Final = ("tier-nvfp4", "tier-w4a16", "tier-bf16")
+
+
+def _config(path: Path, env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    empty = tmp_path / "empty.env"  # a developer's deploy/compose/.env must not leak in
+    empty.write_text("", encoding="utf-8")
+    return subprocess.run(
+        [require_binary("docker-compose"), "--env-file", str(empty), "-f", str(path), "config"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **env},
+    )
+
+
+def _resolved(path: Path, env: dict[str, str], tmp_path: Path) -> dict[str, Any]:
+    result = _config(path, env, tmp_path)
+    assert result.returncode == 0, result.stderr
+    return dict(yaml.safe_load(result.stdout))
+
+
+def _monitoring_is_mounted(services: dict[str, Any]) -> None:
+    prometheus = " ".join(str(v) for v in services["prometheus"]["volumes"])
+    assert str(DEPLOY / "prometheus") in prometheus
+    grafana = " ".join(str(v) for v in services["grafana"]["volumes"])
+    assert str(DEPLOY / "grafana" / "provisioning") in grafana
+    assert str(DEPLOY / "grafana" / "dashboards") in grafana
+
+
+def test_gpu_file_is_valid_and_reserves_a_gpu_per_tier(tmp_path: Path) -> None:
+    services = _resolved(GPU, SECRETS, tmp_path)["services"]
+    assert set(services) == {*TIERS, "gateway", "prometheus", "grafana"}
+    gpus = set()
+    for name in TIERS:
+        service = services[name]
+        assert service["image"].startswith("vllm/vllm-openai:")
+        (device,) = service["deploy"]["resources"]["reservations"]["devices"]
+        assert device["capabilities"] == ["gpu"] and device["driver"] == "nvidia"
+        gpus.update(device["device_ids"])
+    assert gpus == {"0", "1", "2"}, "one GPU per tier by default"
+    _monitoring_is_mounted(services)
+
+
+def test_gpu_file_needs_its_secrets(tmp_path: Path) -> None:
+    for missing in SECRETS:
+        env = {k: v for k, v in SECRETS.items() if k != missing}
+        result = _config(GPU, env, tmp_path)
+        assert result.returncode != 0 and missing in result.stderr, result.stderr
+
+
+def test_cpu_file_is_valid_and_simulates_the_same_ladder(tmp_path: Path) -> None:
+    cpu = _resolved(CPU, {}, tmp_path)["services"]
+    gpu = _resolved(GPU, SECRETS, tmp_path)["services"]
+    assert set(cpu) == set(gpu)
+    for name in TIERS:
+        command = cpu[name]["command"]
+        assert command[0] == "sim"
+        gpu_args = gpu[name]["command"]
+        # The simulated tier runs the toggles the planner chose for the real one.
+        assert ("--prefix-caching" in command) == ("--enable-prefix-caching" in gpu_args)
+        assert ("--spec-decode" in command) == ("--speculative-config" in gpu_args)
+        served = gpu_args[gpu_args.index("--served-model-name") + 1]
+        assert command[command.index("--served-model-name") + 1] == served
+    assert cpu["gateway"]["environment"]["TIERGATE_KEYS_DEFAULT"] == "sk-local-dev"
+    _monitoring_is_mounted(cpu)
+
+
+def test_gateway_config_is_valid_and_keyless() -> None:
+    settings = load_settings(COMPOSE / "tiergate.yaml")
+    assert [t.name for t in settings.tiers] == ["nvfp4", "w4a16", "bf16"]
+    for tenant in settings.tenants:
+        assert not tenant.api_keys and tenant.api_keys_env, tenant.name
+    assert [t.endpoints for t in settings.tiers] == [[f"http://{name}:8000/v1"] for name in TIERS]
+
+
+def test_no_key_is_committed() -> None:
+    """Only the CPU profile's dev key, and the line of the renderer that writes it."""
+    allowed = {CPU: {"sk-local-dev"}, DEPLOY / "rendering" / "compose.py": {"sk-local-dev"}}
+    found = {}
+    for path in DEPLOY.rglob("*"):
+        if path.is_file() and "__pycache__" not in path.parts:
+            text = path.read_text(encoding="utf-8", errors="replace")
+            keys = set(re.findall(r"\bsk-[A-Za-z0-9_-]{4,}", text)) - allowed.get(path, set())
+            if keys:
+                found[str(path)] = keys
+    assert not found, found

@@ -1,0 +1,204 @@
+"""The Kubernetes manifests: schema-valid, wired together, and what `kustomize build` makes.
+
+Every resource that gets applied (the rendered overlays, which contain every resource of
+base/ and overlays/ plus the namespace) is validated strictly with kubernetes-validate,
+against Kubernetes 1.29 and the newest version it ships schemas for; the prometheus-operator
+kinds, which it has no schema for, against tests/deploy/monitoring_schemas.py.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any, Final
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from gateway.config import parse_settings
+from tests.deploy.monitoring_schemas import SCHEMAS
+from tests.deploy.support import DEPLOY
+
+K8S: Final = DEPLOY / "k8s"
+TARGETS: Final = ("h200", "b200")
+VERSIONS: Final = ("1.29.0", kubernetes_validate.latest_version())
+
+
+@functools.cache
+def _docs(path: Path) -> list[dict[str, Any]]:
+    # Cached: callers only read (a test that edits one deep-copies it first).
+    return [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
+
+
+def _sources() -> list[tuple[Path, dict[str, Any]]]:
+    """Every resource in base/ and overlays/ (kustomization files aside)."""
+    return [
+        (path, doc)
+        for folder in ("base", "overlays")
+        for path in sorted((K8S / folder).rglob("*.yaml"))
+        if path.name != "kustomization.yaml"
+        for doc in _docs(path)
+    ]
+
+
+def _manifests() -> list[tuple[str, dict[str, Any]]]:
+    """What gets applied: the rendered overlays (their sources differ only by namespace)."""
+    return [
+        (f"rendered/{target}.yaml:{d['kind']}/{d['metadata']['name']}", d)
+        for target in TARGETS
+        for d in _docs(K8S / "rendered" / f"{target}.yaml")
+    ]
+
+
+@functools.cache
+def _rendered(target: str) -> dict[tuple[str, str], dict[str, Any]]:
+    return {
+        (d["kind"], d["metadata"]["name"]): d for d in _docs(K8S / "rendered" / f"{target}.yaml")
+    }
+
+
+def _validate(doc: dict[str, Any], version: str) -> None:
+    schema = SCHEMAS.get(doc["kind"]) if doc["apiVersion"].startswith("monitoring.") else None
+    if schema is not None:
+        jsonschema.Draft202012Validator(schema).validate(doc)
+    else:
+        kubernetes_validate.validate(doc, version, strict=True)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_manifest_is_schema_valid(version: str) -> None:
+    manifests = _manifests()
+    assert len(manifests) > 30
+    errors = []
+    for name, doc in manifests:
+        try:
+            _validate(doc, version)
+        except (kubernetes_validate.ValidationError, jsonschema.ValidationError) as exc:
+            errors.append(f"{name}: {'.'.join(map(str, exc.path))}: {exc.message}")
+        except kubernetes_validate.SchemaNotFoundError as exc:
+            errors.append(f"{name}: no schema ({exc.message})")
+    assert not errors, "\n".join(errors)
+
+
+def test_validation_catches_mistakes() -> None:
+    """Negative controls: strict validation and our CRD schemas refuse unknown fields."""
+    rendered = _rendered("h200")
+    deployment = copy.deepcopy(rendered[("Deployment", "tiergate")])
+    deployment["spec"]["template"]["spec"]["containers"][0]["readinesProbe"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, VERSIONS[-1], strict=True)
+    monitor = copy.deepcopy(rendered[("PodMonitor", "vllm-tiers")])
+    monitor["spec"]["podMetricsEndpoints"][0]["relabeling"] = []
+    with pytest.raises(jsonschema.ValidationError):
+        _validate(monitor, VERSIONS[-1])
+
+
+def test_only_operator_kinds_lack_an_upstream_schema() -> None:
+    missing = set()
+    for _name, doc in _manifests():
+        try:
+            kubernetes_validate.validate(doc, VERSIONS[-1], strict=True)
+        except kubernetes_validate.SchemaNotFoundError:
+            missing.add(doc["kind"])
+    assert missing == set(SCHEMAS)
+
+
+def test_rendered_copies_cover_every_source_manifest() -> None:
+    """So validating the rendered copies validates base/ and overlays/ too."""
+    for path, doc in _sources():
+        targets = TARGETS if "base" in path.parts else (path.parent.name,)
+        for target in targets:
+            built = _rendered(target)[(doc["kind"], doc["metadata"]["name"])]
+            expected = copy.deepcopy(doc)
+            expected["metadata"]["namespace"] = "tiergate"
+            assert built == expected, f"{path}: {doc['kind']}/{doc['metadata']['name']}"
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_kubectl_kustomize_agrees(target: str) -> None:
+    """Where kubectl is installed, its kustomize build equals the checked-in rendering."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed; deploy/rendering/kustomize.py builds alone")
+    built = subprocess.run(
+        [kubectl, "kustomize", str(K8S / "overlays" / target)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert [d for d in yaml.safe_load_all(built) if d] == _docs(K8S / "rendered" / f"{target}.yaml")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_gateway_is_stateless_replicated_and_probed(target: str) -> None:
+    rendered = _rendered(target)
+    deployment = rendered[("Deployment", "tiergate")]
+    spec = deployment["spec"]
+    assert spec["replicas"] >= 2
+    pod = spec["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/ready"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/health"
+    # Stateless: only the ConfigMap and a scratch directory are mounted.
+    kinds = {next(k for k in volume if k != "name") for volume in pod["volumes"]}
+    assert kinds == {"configMap", "emptyDir"}
+    assert container["envFrom"] == [{"secretRef": {"name": "tiergate-keys"}}]
+    hpa = rendered[("HorizontalPodAutoscaler", "tiergate")]["spec"]
+    assert hpa["minReplicas"] >= 2 and hpa["maxReplicas"] > hpa["minReplicas"]
+    assert hpa["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": "tiergate",
+    }
+    service = rendered[("Service", "tiergate")]["spec"]
+    pod_labels = spec["template"]["metadata"]["labels"]
+    assert service["selector"].items() <= pod_labels.items()
+    monitor = rendered[("ServiceMonitor", "tiergate")]["spec"]
+    service_labels = rendered[("Service", "tiergate")]["metadata"]["labels"]
+    assert monitor["selector"]["matchLabels"].items() <= service_labels.items()
+    assert {d["metadata"]["namespace"] for d in rendered.values()} == {"tiergate"}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_secret_holds_placeholders_only(target: str) -> None:
+    secret = _rendered(target)[("Secret", "tiergate-keys")]
+    assert set(secret["stringData"].values()) == {""}, "no real key may be committed"
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_each_tier_gets_a_gpu_and_a_scraped_service(target: str) -> None:
+    rendered = _rendered(target)
+    config = rendered[("ConfigMap", "tiergate-config")]["data"]["tiergate.yaml"]
+    settings = parse_settings(yaml.safe_load(config))
+    pod_monitor = rendered[("PodMonitor", "vllm-tiers")]["spec"]
+    for tier in settings.tiers:
+        name = f"tier-{tier.name}"
+        deployment = rendered[("Deployment", name)]
+        pod = deployment["spec"]["template"]
+        (container,) = pod["spec"]["containers"]
+        resources = container["resources"]
+        assert resources["limits"]["nvidia.com/gpu"] == "1"
+        assert resources["requests"]["nvidia.com/gpu"] == "1"
+        assert pod["spec"]["nodeSelector"]["nvidia.com/gpu.product"].endswith(target.upper())
+        # The gateway knows the flags the tier runs: the same argv as the container.
+        assert container["args"][: len(tier.vllm_args or [])] == tier.vllm_args
+        service = rendered[("Service", name)]
+        assert tier.endpoints == [f"http://{name}:{service['spec']['ports'][0]['port']}/v1"]
+        assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+        assert pod_monitor["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+        assert pod["metadata"]["labels"]["tiergate.io/tier"] == tier.name
+
+
+def test_nvfp4_is_native_on_b200_and_weight_only_on_h200() -> None:
+    def notes(target: str) -> str:
+        pod = _rendered(target)[("Deployment", "tier-nvfp4")]["spec"]["template"]
+        return str(pod["metadata"]["annotations"]["tiergate.io/precision-notes"])
+
+    assert "native W4A4" in notes("b200")
+    assert "weight-only" in notes("h200") and "Marlin" in notes("h200")
