@@ -58,7 +58,7 @@ def gateway_deployment() -> dict[str, Any]:
         "image": images.GATEWAY,
         "args": ["serve", "--config", "/etc/tiergate/tiergate.yaml", "--host", "0.0.0.0"],
         "ports": [HTTP],
-        # Tenant keys and the admin token; TIERGATE_REDIS_URL here shares tenant limits.
+        # Tenant keys, the admin token and (proposed) TIERGATE_REDIS_URL for shared limits.
         "envFrom": [{"secretRef": {"name": SECRET}}],
         "readinessProbe": _probe("/ready", 5, 2),
         "livenessProbe": _probe("/health", 10, 3, initialDelaySeconds=5),
