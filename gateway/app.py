@@ -230,6 +230,7 @@ class Gateway:
         await checker.check_once()
         self._tasks.append(loop.create_task(checker.run()))
         self._tasks.extend(self.observer.start())
+        self._tasks.append(loop.create_task(self._flush_metrics()))
         if self.watch_config and self.config_path is not None:
             self._tasks.append(loop.create_task(self._watch_config()))
         if self.config_path is not None and threading.current_thread() is threading.main_thread():
@@ -243,8 +244,16 @@ class Gateway:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
+        self.metrics.flush()
         for tier in self.runtime.tiers:
             tier.close()
+
+    async def _flush_metrics(self) -> None:
+        # Scrapes flush too; the timer keeps multiprocess files (other workers' scrapes)
+        # at most a second behind.
+        while True:
+            await asyncio.sleep(1.0)
+            self.metrics.flush()
 
     def _backend_samples(self) -> tuple[list[EndpointSample], list[TierSample]]:
         tiers = self.runtime.tiers
@@ -258,6 +267,7 @@ class Gateway:
         return endpoints, [TierSample(tier.name, tier.queued) for tier in tiers]
 
     def exposition(self) -> tuple[bytes, str]:
+        self.metrics.flush()
         directory = os.environ.get(MULTIPROC_ENV)
         if not directory:
             return generate_latest(self.registry), CONTENT_TYPE_LATEST

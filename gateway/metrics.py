@@ -7,6 +7,7 @@ The registry is injected; tests pass their own.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
@@ -35,6 +36,8 @@ class GatewayMetrics:
         self, registry: CollectorRegistry, build_labels: dict[str, str] | None = None
     ) -> None:
         self.registry = registry
+        self._pending_counts: dict[tuple[Any, tuple[str, ...]], float] = {}
+        self._pending_hist: dict[tuple[Any, tuple[str, ...]], _PendingHistogram] = {}
         self._children: dict[tuple[Any, ...], Any] = {}
         self.requests = Counter(
             "tiergate_requests",
@@ -269,40 +272,66 @@ class GatewayMetrics:
             self._children[key] = child
         return child
 
+    # -- the request path: plain dict arithmetic, flushed in batches -----------------------
+    def _add(self, metric: Any, labels: tuple[str, ...], amount: float = 1.0) -> None:
+        key = (metric, labels)
+        self._pending_counts[key] = self._pending_counts.get(key, 0.0) + amount
+
+    def _observe(self, metric: Any, labels: tuple[str, ...], value: float) -> None:
+        key = (metric, labels)
+        pending = self._pending_hist.get(key)
+        if pending is None:
+            pending = self._pending_hist[key] = _PendingHistogram(metric._upper_bounds)
+        pending.observe(value)
+
+    def flush(self) -> None:
+        """Moves the accumulated increments into the Prometheus objects (scrape, or timer).
+
+        Per request the sink only does dict arithmetic; the locked, per-label work of
+        prometheus_client is paid once per label set per flush.
+        """
+        counts, self._pending_counts = self._pending_counts, {}
+        for (metric, labels), amount in counts.items():
+            self._child(metric, *labels).inc(amount)
+        histograms, self._pending_hist = self._pending_hist, {}
+        for (metric, labels), pending in histograms.items():
+            pending.flush_into(self._child(metric, *labels))
+
     def record(self, record: RequestRecord) -> None:
         """Sinks one finished request."""
         names, costs = record.ladder.names, record.ladder.costs
         tier = NO_TIER if record.served_tier is None else names[record.served_tier]
         tenant = record.tenant
-        self._child(self.requests, tenant, tier, record.kind, str(record.status)).inc()
-        self._child(self.request_duration, tenant, tier).observe(record.duration_s)
-        self._child(self.overhead, record.kind).observe(record.overhead_s)
+        add, observe = self._add, self._observe
+        add(self.requests, (tenant, tier, record.kind, str(record.status)))
+        observe(self.request_duration, (tenant, tier), record.duration_s)
+        observe(self.overhead, (record.kind,), record.overhead_s)
         if record.rejected is not None:
-            self._child(self.rejections, tenant, record.rejected).inc()
+            add(self.rejections, (tenant, record.rejected))
         for attempt in record.attempts:
-            self._child(self.attempts, names[attempt.tier], attempt.endpoint, attempt.outcome).inc()
+            add(self.attempts, (names[attempt.tier], attempt.endpoint, attempt.outcome))
         if record.decided_tier is not None:
             decided = names[record.decided_tier]
-            self._child(self.decisions, tenant, decided, record.reason or "unknown").inc()
+            add(self.decisions, (tenant, decided, record.reason or "unknown"))
             if record.probability is not None:
-                self._child(self.probability, decided).observe(record.probability)
+                observe(self.probability, (decided,), record.probability)
             if record.served_tier is not None and record.served_tier != record.decided_tier:
                 reason = record.attempts[0].outcome if record.attempts else "unknown"
-                self._child(self.escalations, tenant, decided, tier, reason).inc()
+                add(self.escalations, (tenant, decided, tier, reason))
         if record.served_tier is None:
             return
         if record.ttft_s is not None:
-            self._child(self.ttft, tenant, tier).observe(record.ttft_s)
+            observe(self.ttft, (tenant, tier), record.ttft_s)
         if record.error_after_first_byte:
-            self._child(self.stream_errors, tenant, tier).inc()
+            add(self.stream_errors, (tenant, tier))
         if record.client_disconnected:
-            self._child(self.client_disconnects, tenant, tier).inc()
+            add(self.client_disconnects, (tenant, tier))
         tokens = record.prompt_tokens + record.completion_tokens
         if tokens:
-            self._child(self.prompt_tokens, tenant, tier).inc(record.prompt_tokens)
-            self._child(self.completion_tokens, tenant, tier).inc(record.completion_tokens)
+            add(self.prompt_tokens, (tenant, tier), record.prompt_tokens)
+            add(self.completion_tokens, (tenant, tier), record.completion_tokens)
             served_cost = tokens * costs[record.served_tier]
-            self._child(self.cost, tenant, tier).inc(served_cost)
+            add(self.cost, (tenant, tier), served_cost)
             self._credit(tenant, "top_tier", tokens * costs[-1] - served_cost)
             floor = self.uniform_floor_tier.get(tenant)
             if floor is not None and floor < len(costs):
@@ -310,9 +339,33 @@ class GatewayMetrics:
 
     def _credit(self, tenant: str, baseline: str, saved: float) -> None:
         if saved >= 0:
-            self._child(self.savings, tenant, baseline).inc(saved)
+            self._add(self.savings, (tenant, baseline), saved)
         else:
-            self._child(self.overspend, tenant, baseline).inc(-saved)
+            self._add(self.overspend, (tenant, baseline), -saved)
+
+
+class _PendingHistogram:
+    """Bucket counts and sum of observations not yet flushed into a Histogram child."""
+
+    __slots__ = ("bounds", "counts", "total")
+
+    def __init__(self, bounds: list[float]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * len(bounds)
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        # Prometheus buckets are `le` (value <= bound): bisect_left finds the first such bound.
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+    def flush_into(self, child: Any) -> None:
+        # prometheus_client keeps one non-cumulative value per bucket plus a sum (its own
+        # `observe` increments exactly these); adding the batch there is equivalent.
+        child._sum.inc(self.total)
+        for index, count in enumerate(self.counts):
+            if count:
+                child._buckets[index].inc(count)
 
 
 class BackendCollector:

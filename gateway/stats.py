@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 
 @dataclass(frozen=True, slots=True)
@@ -14,8 +14,7 @@ class Ladder:
     costs: tuple[float, ...]
 
 
-@dataclass(slots=True)
-class Attempt:
+class Attempt(NamedTuple):
     """One try against one upstream endpoint."""
 
     tier: int

@@ -186,7 +186,20 @@ class GatewayThread:
         self.server.should_exit = True
         self._thread.join(timeout=30)
 
+    def flush(self) -> None:
+        """Flushes the gateway's batched metrics, on the gateway's own event loop."""
+        assert self.loop is not None
+        done = threading.Event()
+
+        def run() -> None:
+            self.app.metrics.flush()
+            done.set()
+
+        self.loop.call_soon_threadsafe(run)
+        done.wait(5)
+
     def metric(self, name: str, labels: dict[str, str] | None = None) -> float:
+        self.flush()
         value = self.registry.get_sample_value(name, labels or {})
         return 0.0 if value is None else float(value)
 

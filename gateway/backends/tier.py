@@ -82,8 +82,13 @@ class TierBackend:
     @property
     def saturated(self) -> bool:
         """Every usable endpoint is full (and at least one is usable)."""
-        usable = [state for state in self.endpoints if state.usable]
-        return bool(usable) and all(state.saturated for state in usable)
+        any_usable = False
+        for state in self.endpoints:
+            if state.usable:
+                if not state.saturated:
+                    return False
+                any_usable = True
+        return any_usable
 
     @property
     def queued(self) -> int:

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import random
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -127,12 +128,16 @@ class LiveObserver:
         self.processed = 0
         self._queue: asyncio.Queue[Sample] | None = None
         self._states: dict[str, _TierState] = {}
+        # In-flight events, appended on the request path and replayed by a background task;
+        # bounded, so a stalled task costs accuracy, never memory.
+        self._events: deque[tuple[float, str, str, bool]] = deque(maxlen=200_000)
         self._read_settings(settings)
 
     def _read_settings(self, settings: Settings) -> None:
         self.settings = settings
         self.observer = settings.observer
-        self.rate = settings.observer.sample_rate if settings.observer.enabled else 0.0
+        self.enabled = settings.observer.enabled
+        self.rate = settings.observer.sample_rate if self.enabled else 0.0
 
     # -- configuration ---------------------------------------------------------------------
     def configure(self, settings: Settings) -> None:
@@ -179,14 +184,25 @@ class LiveObserver:
         return self.rate > 0.0 and self.rng() < self.rate
 
     def upstream_started(self, tier: str, tenant: str) -> None:
-        state = self._states.get(tier)
-        if state is not None:
-            state.tracker.request_started(tier, tenant, self.clock())
+        if self.enabled:
+            self._events.append((self.clock(), tier, tenant, True))
 
     def upstream_finished(self, tier: str, tenant: str) -> None:
-        state = self._states.get(tier)
-        if state is not None:
-            state.tracker.request_finished(tier, tenant, self.clock())
+        if self.enabled:
+            self._events.append((self.clock(), tier, tenant, False))
+
+    def drain_events(self) -> None:
+        """Replays in-flight events into the trackers (time-weighted concurrency)."""
+        events = self._events
+        while events:
+            at, tier, tenant, started = events.popleft()
+            state = self._states.get(tier)
+            if state is None:
+                continue
+            if started:
+                state.tracker.request_started(tier, tenant, at)
+            else:
+                state.tracker.request_finished(tier, tenant, at)
 
     def exchange_done(self, exchange: CompletedExchange) -> None:
         if self._queue is None:
@@ -204,6 +220,7 @@ class LiveObserver:
         self._queue = asyncio.Queue(self.observer.queue_size)
         loop = asyncio.get_running_loop()
         return [
+            loop.create_task(self._every(0.25, self._drain_async)),
             loop.create_task(self._consume()),
             loop.create_task(self._every(self.observer.scrape_interval_s, self.scrape_once)),
             loop.create_task(self._every(self.observer.plan_interval_s, self._plan_async)),
@@ -219,6 +236,9 @@ class LiveObserver:
 
     async def _plan_async(self) -> None:
         self.plan_once()
+
+    async def _drain_async(self) -> None:
+        self.drain_events()
 
     async def _consume(self) -> None:
         assert self._queue is not None
@@ -289,6 +309,7 @@ class LiveObserver:
 
     def plan_once(self) -> None:
         """One b.1 evaluation per tier; updates the gauges and the /admin/plan view."""
+        self.drain_events()
         now = self.clock()
         metrics = self.metrics
         for name, state in self._states.items():
@@ -345,6 +366,7 @@ class LiveObserver:
 
     # -- views for the admin API ---------------------------------------------------------------
     def regime_view(self) -> dict[str, Any]:
+        self.drain_events()
         now = self.clock()
         return {
             "tiers": {

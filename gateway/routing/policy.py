@@ -7,16 +7,14 @@ calibrated difficulty router, or the placeholder here) is chosen in the composit
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from gateway.protocol import EndpointKind
 from gateway.tenants.registry import Tenant
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """Which ladder tier serves a request, and why."""
+class Decision(NamedTuple):
+    """Which ladder tier serves a request, and why (a NamedTuple: built on every request)."""
 
     tier: int
     probability: float | None  # calibrated P(chosen tier adequate); None when not computed

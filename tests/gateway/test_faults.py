@@ -83,6 +83,7 @@ def attempts(gw: GatewayThread, tier: str, outcome: str) -> float:
     """Attempts with this outcome on any endpoint of the tier, once the request is recorded."""
 
     def total() -> float:
+        gw.flush()
         return sum(
             sample.value
             for metric in gw.registry.collect()

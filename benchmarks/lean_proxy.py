@@ -1,0 +1,38 @@
+"""The lean pass-through the gateway is measured against: the same server stack (uvicorn,
+httptools, uvloop) and the same upstream client, and nothing else (no auth, validation,
+routing, metrics or observer). Run: python benchmarks/lean_proxy.py PORT UPSTREAM_PORT
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import uvicorn
+
+from gateway.backends.h1client import ConnectionPool
+
+UPSTREAM = ConnectionPool("127.0.0.1", int(sys.argv[2]))
+
+
+async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    if scope["type"] != "http":
+        return
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    request = UPSTREAM.render(b"POST", scope["path"].encode(), body)
+    response = await UPSTREAM.request(request, first_byte_timeout_s=60, total_timeout_s=120)
+    headers = [(b"content-type", response.header(b"content-type") or b"application/json")]
+    await send({"type": "http.response.start", "status": response.status, "headers": headers})
+    async for chunk in response:
+        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    await send({"type": "http.response.body", "body": b""})
+    response.release()
+
+
+if __name__ == "__main__":
+    uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), loop="uvloop", http="httptools", access_log=False, log_level="warning", server_header=False, lifespan="off")
