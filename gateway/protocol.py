@@ -123,11 +123,89 @@ def parse_request(
                 f"Too many messages: {len(messages)}; the limit is {limits.max_messages}.",
                 param="messages",
             )
+    if _plainly_valid(kind, data):
+        return data
     try:
         _REQUEST_MODELS[kind].model_validate(data)
     except ValidationError as exc:
         raise _as_invalid_request(exc) from None
     return data
+
+
+# -- the common case without pydantic -------------------------------------------------------
+# Most requests are a model, a list of text messages and a few scalars. Checking those by
+# hand costs a fraction of a model validation; anything else (tools, content parts,
+# stream_options, out-of-range or odd-typed values) takes the pydantic path, which also
+# words the error. The fast path only ever accepts what the models accept (a property
+# test checks the implication).
+def _is_int(value: Any) -> bool:
+    return type(value) is int
+
+
+def _number_between(low: float, high: float) -> Any:
+    def check(value: Any) -> bool:
+        return type(value) in (int, float) and low <= value <= high
+
+    return check
+
+
+_FAST_FIELDS: Final[dict[str, Any]] = {
+    "stream": lambda v: type(v) is bool,
+    "max_tokens": lambda v: _is_int(v) and v >= 1,
+    "max_completion_tokens": lambda v: _is_int(v) and v >= 1,
+    "n": lambda v: _is_int(v) and 1 <= v <= 128,
+    "seed": _is_int,
+    "user": lambda v: type(v) is str,
+    "temperature": _number_between(0.0, 2.0),
+    "top_p": _number_between(0.0, 1.0),
+    "presence_penalty": _number_between(-2.0, 2.0),
+    "frequency_penalty": _number_between(-2.0, 2.0),
+    "stop": lambda v: type(v) is str or (type(v) is list and all(type(x) is str for x in v)),
+}
+_ROLES: Final = frozenset(("system", "developer", "user", "assistant", "tool", "function"))
+_DECLARED: Final[dict[EndpointKind, frozenset[str]]] = {
+    kind: frozenset(model.model_fields) for kind, model in _REQUEST_MODELS.items()
+}
+
+
+def _plainly_valid(kind: EndpointKind, data: dict[str, Any]) -> bool:
+    model = data.get("model")
+    if type(model) is not str or not model:
+        return False
+    if kind == "chat":
+        if not _plain_messages(data.get("messages")):
+            return False
+    elif type(data.get("prompt")) is not str:
+        return False
+    declared = _DECLARED[kind]
+    for key, value in data.items():
+        if key in ("model", "messages", "prompt") or value is None:
+            continue
+        check = _FAST_FIELDS.get(key)
+        if check is None:
+            if key in declared:
+                return False  # a declared field the fast path does not know: pydantic decides
+            continue  # an extra field: allowed and passed through as is
+        if not check(value):
+            return False
+    return True
+
+
+def _plain_messages(messages: Any) -> bool:
+    if type(messages) is not list or not messages:
+        return False
+    for message in messages:
+        if type(message) is not dict or len(message) > 2:
+            return False
+        role = message.get("role")
+        if type(role) is not str or role not in _ROLES:
+            return False
+        content = message.get("content")
+        if content is not None and type(content) is not str:
+            return False
+        if len(message) == 2 and "content" not in message:
+            return False
+    return True
 
 
 def _check_depth(body: bytes, data: Any, max_depth: int) -> None:
