@@ -62,7 +62,7 @@ bodies = st.fixed_dictionaries(
     optional={
         "messages": messages | values,
         "prompt": st.text(max_size=5) | values,
-        **{name: values for name in field_names},
+        **dict.fromkeys(field_names, values),
     },
 )
 
