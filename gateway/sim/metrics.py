@@ -90,6 +90,8 @@ class SimCollector:
         yield info
         yield counter("vllm:prompt_tokens", "Prefill tokens processed.", counters.prompt_tokens)
         yield counter("vllm:generation_tokens", "Generation tokens.", counters.generation_tokens)
+        # The simulator queues above the knee instead of preempting; the counter stays 0.
+        yield counter("vllm:num_preemptions", "Preempted requests.", 0)
         if config.prefix_caching:
             # vLLM only counts prefix-cache queries while prefix caching is on.
             yield counter(

@@ -100,10 +100,6 @@ _FLOOR = Pending(
 )
 _SHADOW = Pending("shadow evaluation (issue 9) has not landed", _lacks("shadow"))
 _OBSERVER = Pending("the live regime observer and planner have not landed", _lacks("observer"))
-_NEVER_IN_SIM = Pending(
-    "the simulator does not export vllm:num_preemptions_total (real vLLM does)",
-    lambda _settings: True,
-)
 PENDING: Final[dict[str, Pending]] = {
     "tiergate-traffic/Chosen-tier probability": _ROUTER,
     "tiergate-traffic/Escalations (served by another tier than decided)": _ROUTER,
@@ -126,7 +122,6 @@ PENDING: Final[dict[str, Pending]] = {
     "tiergate-regime/Recommended and running flags": _OBSERVER,
     "tiergate-regime/Flag drift over time": _OBSERVER,
     "tiergate-regime/Expected cost per token: recommended against running": _OBSERVER,
-    "tiergate-regime/KV-cache usage and preemptions (vLLM)#B": _NEVER_IN_SIM,
 }
 
 
