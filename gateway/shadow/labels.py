@@ -1,0 +1,67 @@
+"""The shadow label log: append-only JSONL in the canonical label format, rotated by size.
+
+One line per label, as MANIFEST.md defines the format (`tiergate router train --data`
+reads it directly):
+    {"id", "messages" | "prompt" (only where the tenant allows raw text),
+     "correct": {"<cheaper tier>": 0|1, "<top tier>": 1}, "source": "shadow:<tenant>",
+     "tenant", "at", "judge", "p"}
+Without raw text a line carries the request's surface features instead (`features`).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+
+
+class LabelLog:
+    """Appends lines to `path`; past `max_bytes` it rotates to path.1 ... path.N."""
+
+    def __init__(self, path: Path, max_bytes: int = 64 * 1024 * 1024, backups: int = 3) -> None:
+        self.path = path
+        self.max_bytes = max_bytes
+        self.backups = backups
+        self.written = 0
+        self._lock = threading.Lock()
+        self._file: IO[bytes] | None = None
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def append(self, record: dict[str, Any]) -> None:
+        line = orjson.dumps(record) + b"\n"
+        with self._lock:
+            file = self._open()
+            if file.tell() + len(line) > self.max_bytes and file.tell() > 0:
+                self._rotate()
+                file = self._open()
+            file.write(line)
+            file.flush()
+            self.written += 1
+
+    def _open(self) -> IO[bytes]:
+        if self._file is None:
+            self._file = self.path.open("ab")
+        return self._file
+
+    def _rotate(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        for index in range(self.backups, 0, -1):
+            source = (
+                self.path.with_name(f"{self.path.name}.{index - 1}") if index > 1 else self.path
+            )
+            target = self.path.with_name(f"{self.path.name}.{index}")
+            if source.exists():
+                source.replace(target)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
+
+__all__ = ["LabelLog"]
