@@ -1,0 +1,83 @@
+"""A vLLM API server is killed mid-stream: the stream ends with an error, later requests
+escalate up the ladder, a request pinned to the dead tier gets an OpenAI-shaped error.
+
+It kills the `plain` tier for good, so conftest runs this module after every other test in
+tests/vllm; the package fixture reaps what is left of the killed server at the end.
+"""
+
+from __future__ import annotations
+
+import openai
+import pytest
+
+from tests.helpers import GatewayThread, fixed_policy
+from tests.vllm.deployment import Deployment, group_members
+from tests.vllm.support import (
+    PUBLIC_MODEL,
+    EngineScrape,
+    client,
+    gateway_metric,
+    gateway_settings,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
+
+MESSAGES = [{"role": "user", "content": "Tell me a long story about lighthouses."}]
+
+
+def test_killed_server_fails_over_up_the_ladder(deployment: Deployment) -> None:
+    plain = deployment["plain"]
+    settings = gateway_settings(
+        deployment,
+        resilience={"health_interval_s": 0.5, "failure_threshold": 1, "base_ejection_s": 60},
+    )
+    with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
+        sdk = client(gw)
+        warm = sdk.chat.completions.with_raw_response.create(
+            model=PUBLIC_MODEL, messages=MESSAGES, max_tokens=4, temperature=0
+        )
+        assert warm.headers["x-tiergate-tier"] == "plain"
+
+        stream = sdk.chat.completions.create(
+            model=PUBLIC_MODEL,
+            messages=MESSAGES,
+            max_tokens=900,
+            temperature=0,
+            stream=True,
+            extra_body={"ignore_eos": True},
+        )
+        chunks = iter(stream)
+        assert next(chunks).choices
+        wait_for(
+            lambda: EngineScrape.of(plain).value("vllm:num_requests_running") == 1,
+            "the stream to run in the plain engine",
+        )
+        plain.kill()  # SIGKILL to the API server: the connection drops mid-stream
+        with pytest.raises(openai.APIError):
+            for _ in chunks:
+                pass
+
+        served = sdk.chat.completions.with_raw_response.create(
+            model=PUBLIC_MODEL, messages=MESSAGES, max_tokens=4, temperature=0
+        )
+        assert served.headers["x-tiergate-tier"] == "prefix"
+        assert served.parse().choices[0].message.content is not None
+        escalations = gateway_metric(gw, "tiergate_escalations_total", from_tier="plain")
+        assert escalations >= 1
+
+        with pytest.raises(openai.APIStatusError) as pinned:
+            sdk.chat.completions.create(
+                model=f"{PUBLIC_MODEL}@plain", messages=MESSAGES, max_tokens=4
+            )
+        assert pinned.value.status_code in {502, 503}
+        assert isinstance(pinned.value.body, dict) and "message" in pinned.value.body
+
+    # The engine core and worker notice their API server is gone and exit by themselves.
+    assert plain.process is not None
+    wait_for(
+        lambda: not group_members(plain.process.pid),  # type: ignore[union-attr]
+        "the killed server's engine processes to exit",
+        timeout_s=60,
+        every_s=0.5,
+    )

@@ -1,0 +1,186 @@
+"""The live observer scrapes real vLLM `/metrics`: its counters and C equal the engine's.
+
+The engine is scraped independently here (prometheus_client's parser, not the gateway's)
+before and after a run; the observer's view over the same run must agree exactly, because
+both see the same counters and the first observer scrape lands before any traffic.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import fields
+
+import pytest
+from openai import OpenAI
+
+from gateway.observer.acceptance import inverse_accepted_per_round
+from gateway.observer.vllm_metrics import CounterDeltas, counter_deltas
+from tests.vllm.deployment import Deployment, VllmServer
+from tests.vllm.support import (
+    PUBLIC_MODEL,
+    EngineScrape,
+    admin_get,
+    client,
+    observed_gateway,
+    settled_scrape,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
+
+# The raw counter behind each CounterDeltas field (request_success sums every reason).
+RAW = {
+    "prefix_cache_queries": "vllm:prefix_cache_queries_total",
+    "prefix_cache_hits": "vllm:prefix_cache_hits_total",
+    "spec_decode_num_drafts": "vllm:spec_decode_num_drafts_total",
+    "spec_decode_num_draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
+    "spec_decode_num_accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total",
+    "generation_tokens": "vllm:generation_tokens_total",
+    "prompt_tokens": "vllm:prompt_tokens_total",
+    "request_success": "vllm:request_success_total",
+    "num_preemptions": "vllm:num_preemptions_total",
+}
+
+
+def raw_deltas(before: EngineScrape, after: EngineScrape) -> dict[str, float | None]:
+    return {
+        attr: after.delta(before, name) if after.has(name) else None for attr, name in RAW.items()
+    }
+
+
+def expected_view(d: CounterDeltas) -> dict[str, float | None]:
+    a_obs = d.tokens_per_round
+    return {
+        "rho": d.rho,
+        "a_obs": a_obs,
+        "r_engine": None if a_obs is None else min(1.0, inverse_accepted_per_round(a_obs, 4)),
+        "l_in": d.l_in,
+        "l_out": d.l_out,
+    }
+
+
+def observed_view(tier: dict[str, object]) -> dict[str, float | None]:
+    rho, r, lengths = tier["rho"], tier["r"], tier["lengths"]
+    assert isinstance(rho, dict) and isinstance(r, dict) and isinstance(lengths, dict)
+    return {
+        "rho": rho["engine"],
+        "a_obs": r["a_obs"],
+        "r_engine": r["r_engine"],
+        "l_in": lengths["l_in"],
+        "l_out": lengths["l_out"],
+    }
+
+
+def close(a: dict[str, float | None], b: dict[str, float | None]) -> bool:
+    return a.keys() == b.keys() and all(
+        (a[k] is None) == (b[k] is None) and (a[k] is None or a[k] == pytest.approx(b[k]))
+        for k in a
+    )
+
+
+def test_observer_counters_equal_the_engine(deployment: Deployment) -> None:
+    system = {"role": "system", "content": f"[{uuid.uuid4()}] " + "Keep the ledger tidy. " * 60}
+    with observed_gateway(deployment) as gw:
+        sdk = client(gw)
+        before = {name: EngineScrape.of(s) for name, s in deployment.servers.items()}
+        for i in range(5):
+            for tier in deployment.servers:
+                sdk.chat.completions.create(
+                    model=f"{PUBLIC_MODEL}@{tier}",
+                    messages=[system, {"role": "user", "content": f"entry {i}: total it"}],
+                    max_tokens=48,
+                    temperature=0,
+                    extra_body={"ignore_eos": True},
+                )
+        after = {name: settled_scrape(s, before[name], 5) for name, s in deployment.servers.items()}
+        expected = {}
+        for name in deployment.servers:
+            # The gateway's parser reads the real page as prometheus_client does.
+            parsed = counter_deltas(before[name].snapshot, after[name].snapshot)
+            assert {f.name: getattr(parsed, f.name) for f in fields(parsed)} == raw_deltas(
+                before[name], after[name]
+            )
+            expected[name] = expected_view(parsed)
+        # The observer scrapes every 0.5 s; its window sums the same deltas.
+        view = wait_for(
+            lambda: (
+                (
+                    v
+                    if all(close(observed_view(v["tiers"][n]), expected[n]) for n in expected)
+                    else None
+                )
+                if (v := admin_get(gw, "/admin/regime"))
+                else None
+            ),
+            "the observer to catch up with the engine counters",
+        )
+    tiers = view["tiers"]
+    assert tiers["plain"]["rho"]["engine"] is None  # APC off: vLLM counts no queries
+    assert tiers["prefix"]["rho"]["engine"] > 0.5  # the shared system prompt hits
+    assert tiers["spec"]["r"]["a_obs"] > 1.0
+    assert tiers["plain"]["r"]["a_obs"] is None and tiers["prefix"]["r"]["a_obs"] is None
+
+
+def hold_streams(server: VllmServer, count: int, stop: threading.Event) -> list[threading.Thread]:
+    """`count` long greedy streams straight to the engine, held until `stop` is set."""
+    engine = OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=120)
+
+    def run(i: int) -> None:
+        stream = engine.completions.create(
+            model=server.served_model_name,
+            prompt=f"stream {i}: once upon a time",
+            max_tokens=1000,
+            temperature=0,
+            stream=True,
+            extra_body={"ignore_eos": True},
+        )
+        with stream:
+            for _ in stream:
+                if stop.is_set():
+                    break
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    return threads
+
+
+@pytest.fixture()
+def three_in_flight(deployment: Deployment) -> Iterator[VllmServer]:
+    server = deployment["prefix"]
+    stop = threading.Event()
+    threads = hold_streams(server, 3, stop)
+    try:
+        wait_for(
+            lambda: EngineScrape.of(server).value("vllm:num_requests_running") == 3,
+            "three requests running in the engine",
+        )
+        yield server
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=30)
+        wait_for(
+            lambda: EngineScrape.of(server).value("vllm:num_requests_running") == 0,
+            "the held streams to be aborted",
+        )
+
+
+def test_observer_concurrency_is_the_engines(
+    deployment: Deployment, three_in_flight: VllmServer
+) -> None:
+    with observed_gateway(deployment) as gw:
+        time.sleep(2.0)  # a few more scrapes, every one of them during the plateau
+        view = admin_get(gw, "/admin/regime")["tiers"]
+        plan = admin_get(gw, "/admin/plan?refresh=1")["tiers"]
+    mine = EngineScrape.of(three_in_flight)
+    engine_c = mine.value("vllm:num_requests_running") + mine.value("vllm:num_requests_waiting")
+    assert engine_c == 3, "the plateau ended before the observer's last scrape"
+    assert view["prefix"]["concurrency"]["engine_mean"] == 3.0
+    assert view["plain"]["concurrency"]["engine_mean"] == 0.0
+    assert view["spec"]["concurrency"]["engine_mean"] == 0.0
+    # No traffic went through the gateway, so the planner's C is the engine's.
+    assert plan["prefix"]["regime"]["concurrency"] == 3.0
