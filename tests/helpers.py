@@ -165,9 +165,12 @@ class GatewayThread:
         )
         config = gateway_config(self.app, "127.0.0.1", self.port, log_level="warning")
         self.server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=lambda: asyncio.run(self.server.serve()), daemon=True
-        )
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+
+    async def _main(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        await self.server.serve()
 
     @property
     def url(self) -> str:

@@ -48,7 +48,12 @@ def test_two_workers_share_the_port_and_the_counters(ladder: Ladder, tmp_path: P
             # A fresh connection each time, so the kernel spreads them over both workers.
             with urllib.request.urlopen(request, timeout=20) as response:
                 assert response.status == 200
-        pids = {f.name.split("_")[-1] for f in metrics_dir.glob("counter_*.db")}
+        # Workers flush their batched counters into the shared files every second.
+        deadline = time.monotonic() + 10
+        pids = set()
+        while len(pids) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+            pids = {f.name.split("_")[-1] for f in metrics_dir.glob("counter_*.db")}
         assert len(pids) >= 2, os.listdir(metrics_dir)  # both workers counted requests
         # Whichever worker answers the scrape, it reports the total over all workers.
         deadline = time.monotonic() + 5
