@@ -94,7 +94,11 @@ class Gateway:
         self.watch_config = watch_config
         self.metrics = GatewayMetrics(self.registry)
         self.registry.register(BackendCollector(self._backend_samples))
-        self.admission = Admission()
+        self.admission = Admission(
+            _redis_client(settings, self.environ),
+            prefix=settings.shared_limits.key_prefix,
+            max_request_s=settings.timeouts.total_s,
+        )
         self.observer = LiveObserver(settings, self.metrics, lambda: self.runtime.tiers)
         self.listeners: list[ExchangeListener] = [self.observer]
         self.draining = False
@@ -277,6 +281,19 @@ class Gateway:
         multiprocess.MultiProcessCollector(merged, directory)  # type: ignore[no-untyped-call]
         merged.register(BackendCollector(self._backend_samples))
         return generate_latest(merged), CONTENT_TYPE_LATEST
+
+
+def _redis_client(settings: Settings, environ: Mapping[str, str]) -> Any:
+    """A Redis client when shared limits are configured (the `redis` extra), else None."""
+    shared = settings.shared_limits
+    secret = shared.redis_url.get_secret_value() if shared.redis_url else None
+    url = resolve_secret(secret, shared.redis_url_env, environ)
+    if not url:
+        return None
+    import redis.asyncio
+
+    # Short timeouts: a slow Redis must cost a request little before the local fallback.
+    return redis.asyncio.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
 
 
 def _mtime(path: Path | None) -> float | None:

@@ -152,6 +152,14 @@ class ObserverSettings(Section):
     plan_interval_s: float = Field(default=60.0, gt=0.0)
 
 
+class SharedLimitSettings(Section):
+    """Where per-tenant limits live: this replica's memory, or Redis shared by replicas."""
+
+    redis_url: SecretStr | None = None
+    redis_url_env: str | None = "TIERGATE_REDIS_URL"
+    key_prefix: str = "tiergate"
+
+
 class ServerSettings(Section):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
@@ -177,6 +185,7 @@ class Settings(Section):
     timeouts: TimeoutSettings = TimeoutSettings()
     resilience: ResilienceSettings = ResilienceSettings()
     observer: ObserverSettings = ObserverSettings()
+    shared_limits: SharedLimitSettings = SharedLimitSettings()
     planner: PlannerSettings = PlannerSettings()
     admin: AdminSettings = AdminSettings()
     router: RouterSettings = RouterSettings()
@@ -300,6 +309,7 @@ __all__ = [
     "RouterSettings",
     "ServerSettings",
     "Settings",
+    "SharedLimitSettings",
     "TenantLimitSettings",
     "TenantSettings",
     "TierSettings",

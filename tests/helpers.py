@@ -317,3 +317,18 @@ def write_settings(path: Path, settings: Settings) -> Path:
         tenant["api_keys"] = [key.get_secret_value() for key in original.api_keys]
     path.write_text(yaml.safe_dump(data))
     return path
+
+
+def require_binary(name: str) -> str:
+    """A system binary's path; missing is a failure in CI (the test command installs it)."""
+    import shutil
+
+    import pytest
+
+    path = shutil.which(name)
+    if path is None:
+        why = f"`{name}` is not installed (tests/tools/install_system_deps.sh installs it)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{why}; CI must run this test")
+        pytest.skip(why)
+    return path

@@ -82,7 +82,7 @@ async def tenants(request: Request, gateway: Gateway) -> Any:
         name: {
             "allowed_tiers": [names[i] for i in tenant.allowed_tiers],
             "allow_pinning": tenant.allow_pinning,
-            "inflight": gateway.admission.limiter(tenant).inflight,
+            "inflight": gateway.admission.inflight.get(name, 0),
             "limits": tenant.settings.limits.model_dump(),
         }
         for name, tenant in runtime.tenants.tenants.items()

@@ -60,7 +60,7 @@ class GenerationHandler:
             body_limit = self.admission.body_limit(tenant, self.limits.max_body_bytes)
             body = await self._read_body(receive, body_limit)
             request = parse_request(self.kind, body, self.limits, body_limit)
-            ticket = self.admission.admit(tenant, request, len(body))
+            ticket = await self.admission.admit(tenant, request, len(body))
             header_pin = pin.decode("latin-1").strip() if pin else None
             await self.service.handle(
                 self.kind,
@@ -83,7 +83,7 @@ class GenerationHandler:
             channel.close()
             if ticket is not None:
                 used = record.prompt_tokens + record.completion_tokens
-                ticket.release(used if record.served_tier is not None else 0)
+                await ticket.release(used if record.served_tier is not None else 0)
             self.metrics.record(record)
 
     @staticmethod

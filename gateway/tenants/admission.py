@@ -1,7 +1,9 @@
 """Admission per tenant: body and max_tokens caps, then rate, token and concurrency limits.
 
-Limiters outlive configuration reloads (a reload must not hand every tenant a fresh burst);
-`configure` keeps a tenant's limiter while its limits are unchanged.
+Limits live in this replica's memory, or in Redis when `shared_limits.redis_url` is set (so
+several replicas enforce one budget per tenant). Limiters outlive configuration reloads (a
+reload must not hand every tenant a fresh burst): `configure` keeps a tenant's limiter
+while its limits are unchanged.
 """
 
 from __future__ import annotations
@@ -13,25 +15,40 @@ from typing import Any
 from gateway.errors import InvalidRequestError
 from gateway.tenants.limits import TenantLimiter, TenantLimits, estimate_tokens
 from gateway.tenants.registry import Tenant
+from gateway.tenants.shared_limits import SharedHold, SharedLimiter
 
 
 @dataclass(slots=True)
 class Ticket:
     """An admitted request's hold on its tenant's limits; give it back with `release`."""
 
-    limiter: TenantLimiter
+    admission: Admission
+    tenant: str
+    limiter: TenantLimiter | SharedLimiter | None
     estimate: int
+    hold: SharedHold | None = None
 
-    def release(self, used_tokens: int | None) -> None:
-        self.limiter.release(self.estimate, used_tokens)
+    async def release(self, used_tokens: int | None) -> None:
+        self.admission.inflight[self.tenant] -= 1
+        limiter = self.limiter
+        if isinstance(limiter, SharedLimiter):
+            await limiter.release(self.hold, self.estimate, used_tokens)
+        elif limiter is not None:
+            limiter.release(self.estimate, used_tokens)
 
 
 class Admission:
-    def __init__(self) -> None:
-        self._limiters: dict[str, TenantLimiter] = {}
+    def __init__(
+        self, redis: Any = None, *, prefix: str = "tiergate", max_request_s: float = 900.0
+    ) -> None:
+        self.redis = redis  # a redis.asyncio.Redis, or None for in-process limits
+        self.prefix = prefix
+        self.max_request_s = max_request_s
+        self.inflight: dict[str, int] = {}
+        self._limiters: dict[str, TenantLimiter | SharedLimiter | None] = {}
 
     def configure(self, tenants: Mapping[str, Tenant]) -> None:
-        limiters = {}
+        limiters: dict[str, TenantLimiter | SharedLimiter | None] = {}
         for name, tenant in tenants.items():
             settings = tenant.settings.limits
             limits = TenantLimits(
@@ -41,23 +58,25 @@ class Admission:
                 max_concurrency=settings.max_concurrency,
             )
             kept = self._limiters.get(name)
-            limiters[name] = (
-                kept if kept is not None and kept.limits == limits else TenantLimiter(limits)
-            )
+            if kept is not None and kept.limits == limits:
+                limiters[name] = kept
+            elif limits == TenantLimits():
+                limiters[name] = None  # unlimited: admission costs nothing
+            elif self.redis is not None:
+                limiters[name] = SharedLimiter(
+                    self.redis, name, limits, prefix=self.prefix, max_request_s=self.max_request_s
+                )
+            else:
+                limiters[name] = TenantLimiter(limits)
+            self.inflight.setdefault(name, 0)
         self._limiters = limiters
-
-    def limiter(self, tenant: Tenant) -> TenantLimiter:
-        limiter = self._limiters.get(tenant.name)
-        if limiter is None:
-            limiter = self._limiters[tenant.name] = TenantLimiter(TenantLimits())
-        return limiter
 
     @staticmethod
     def body_limit(tenant: Tenant, gateway_limit: int) -> int:
         own = tenant.settings.limits.max_body_bytes
         return gateway_limit if own is None else min(own, gateway_limit)
 
-    def admit(self, tenant: Tenant, request: dict[str, Any], body_bytes: int) -> Ticket:
+    async def admit(self, tenant: Tenant, request: dict[str, Any], body_bytes: int) -> Ticket:
         """Applies the tenant's max_tokens cap (may set max_tokens), then its limits."""
         cap = tenant.settings.limits.max_tokens
         asked = request.get("max_completion_tokens") or request.get("max_tokens")
@@ -74,11 +93,18 @@ class Admission:
                     param=field,
                     code="max_tokens_exceeded",
                 )
-        choices = request.get("n") or 1
-        estimate = estimate_tokens(body_bytes, None if asked is None else asked * choices)
-        limiter = self.limiter(tenant)
-        limiter.admit(estimate)
-        return Ticket(limiter, estimate)
+        limiter = self._limiters.get(tenant.name)
+        estimate = 0
+        hold = None
+        if limiter is not None:
+            choices = request.get("n") or 1
+            estimate = estimate_tokens(body_bytes, None if asked is None else asked * choices)
+            if isinstance(limiter, SharedLimiter):
+                hold = await limiter.admit(estimate)
+            else:
+                limiter.admit(estimate)
+        self.inflight[tenant.name] = self.inflight.get(tenant.name, 0) + 1
+        return Ticket(self, tenant.name, limiter, estimate, hold)
 
 
 __all__ = ["Admission", "Ticket"]

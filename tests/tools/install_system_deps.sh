@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the test suite drives for real: Prometheus (promtool too),
-# docker-compose (validates compose files without an engine) and wrk (benchmarks).
+# docker-compose (validates compose files without an engine), wrk (benchmarks) and
+# redis-server (limits shared across gateway replicas).
 # Idempotent; quiet when everything is already there.
 set -euo pipefail
 need=()
@@ -8,6 +9,7 @@ command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v docker-compose >/dev/null 2>&1 || need+=(docker-compose)
 command -v wrk >/dev/null 2>&1 || need+=(wrk)
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"

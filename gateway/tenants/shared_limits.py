@@ -1,0 +1,195 @@
+"""Tenant limits shared by every gateway replica, kept in Redis.
+
+The same semantics as the in-process limiter (tenants/limits.py), made atomic across
+replicas with two Lua scripts that read Redis' own clock:
+- requests per second and tokens per minute are token buckets (a hash per tenant and
+  limit: level, updated);
+- concurrency is a sorted set of in-flight request ids scored by admission time; ids older
+  than the longest possible request are pruned, so a replica that dies cannot leak slots.
+When Redis cannot be reached, admission falls back to the replica's in-process limiter
+(the limits then hold per replica) and logs it, rather than failing requests.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any, Final
+
+from gateway.errors import RateLimitError
+from gateway.tenants.limits import TenantLimiter, TenantLimits
+
+log = logging.getLogger("tiergate.limits")
+
+_ADMIT: Final = """
+local now_parts = redis.call('TIME')
+local now = tonumber(now_parts[1]) + tonumber(now_parts[2]) / 1e6
+local max_conc, max_age = tonumber(ARGV[1]), tonumber(ARGV[2])
+local rps_rate, rps_cap = tonumber(ARGV[3]), tonumber(ARGV[4])
+local tpm_rate, tpm_cap, tokens = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local request_id = ARGV[8]
+
+local function level(key, rate, cap)
+  local state = redis.call('HMGET', key, 'level', 'updated')
+  local current = tonumber(state[1]) or cap
+  local updated = tonumber(state[2]) or now
+  return math.min(cap, current + (now - updated) * rate)
+end
+
+if max_conc > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - max_age)
+  if redis.call('ZCARD', KEYS[3]) >= max_conc then
+    return {1, '1'}
+  end
+end
+local rps_level, tpm_level
+if rps_rate > 0 then
+  rps_level = level(KEYS[1], rps_rate, rps_cap)
+  if rps_level < 1 then
+    return {2, tostring((1 - rps_level) / rps_rate)}
+  end
+end
+if tpm_rate > 0 then
+  tpm_level = level(KEYS[2], tpm_rate, tpm_cap)
+  local fits = tpm_level >= tokens or (tokens > tpm_cap and tpm_level >= tpm_cap)
+  if not fits then
+    return {3, tostring((math.min(tokens, tpm_cap) - tpm_level) / tpm_rate)}
+  end
+end
+if rps_rate > 0 then
+  redis.call('HSET', KEYS[1], 'level', rps_level - 1, 'updated', now)
+  redis.call('EXPIRE', KEYS[1], 3600)
+end
+if tpm_rate > 0 then
+  redis.call('HSET', KEYS[2], 'level', tpm_level - tokens, 'updated', now)
+  redis.call('EXPIRE', KEYS[2], 3600)
+end
+if max_conc > 0 then
+  redis.call('ZADD', KEYS[3], now, request_id)
+  redis.call('EXPIRE', KEYS[3], math.ceil(max_age) + 60)
+end
+return {0, '0'}
+"""
+
+_RELEASE: Final = """
+local now_parts = redis.call('TIME')
+local now = tonumber(now_parts[1]) + tonumber(now_parts[2]) / 1e6
+redis.call('ZREM', KEYS[2], ARGV[1])
+local tpm_rate, tpm_cap, delta = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+if tpm_rate > 0 and delta ~= 0 then
+  local state = redis.call('HMGET', KEYS[1], 'level', 'updated')
+  local current = tonumber(state[1]) or tpm_cap
+  local updated = tonumber(state[2]) or now
+  local refilled = math.min(tpm_cap, current + (now - updated) * tpm_rate)
+  redis.call('HSET', KEYS[1], 'level', math.min(tpm_cap, refilled + delta), 'updated', now)
+end
+return 0
+"""
+
+_REASONS: Final = {
+    1: (
+        "Too many concurrent requests: the limit is {max_concurrency}.",
+        "concurrency_limit_exceeded",
+    ),
+    2: (
+        "Rate limit of {requests_per_second:g} requests per second exceeded.",
+        "rate_limit_exceeded",
+    ),
+    3: ("Token limit of {tokens_per_minute:g} tokens per minute exceeded.", "token_limit_exceeded"),
+}
+
+
+@dataclass(slots=True)
+class SharedHold:
+    """What `release` needs to give a shared admission back."""
+
+    request_id: str
+    estimate: int
+
+
+class SharedLimiter:
+    """One tenant's limits in Redis; `local` takes over while Redis is unreachable."""
+
+    def __init__(
+        self,
+        client: Any,  # redis.asyncio.Redis
+        tenant: str,
+        limits: TenantLimits,
+        *,
+        prefix: str = "tiergate",
+        max_request_s: float = 900.0,
+    ) -> None:
+        self.client = client
+        self.limits = limits
+        self.local = TenantLimiter(limits)
+        self.max_request_s = max_request_s
+        self._keys = [f"{prefix}:{tenant}:{kind}" for kind in ("rps", "tpm", "inflight")]
+        self._admit = client.register_script(_ADMIT)
+        self._release = client.register_script(_RELEASE)
+
+    @property
+    def inflight(self) -> int:
+        return self.local.inflight
+
+    def _args(self, estimate: int, request_id: str) -> list[Any]:
+        limits = self.limits
+        rps = limits.requests_per_second or 0.0
+        tpm = limits.tokens_per_minute or 0.0
+        return [
+            limits.max_concurrency or 0,
+            self.max_request_s,
+            rps,
+            limits.burst or max(1.0, rps),
+            tpm / 60.0,
+            tpm,
+            estimate,
+            request_id,
+        ]
+
+    async def admit(self, estimate: int) -> SharedHold | None:
+        """A hold on the shared limits, or None when the local fallback admitted instead."""
+        request_id = uuid.uuid4().hex
+        try:
+            code, wait = await self._admit(keys=self._keys, args=self._args(estimate, request_id))
+        except Exception as exc:  # connection refused, timeout, Redis restarting...
+            log.warning("shared limits unavailable (%s); using this replica's limits", exc)
+            self.local.admit(estimate)
+            return None
+        code = int(code)
+        if code:
+            message, reason = _REASONS[code]
+            raise RateLimitError(
+                message.format(**_fields(self.limits)),
+                retry_after_s=max(float(wait), 0.001),
+                code=reason,
+            )
+        self.local.inflight += 1
+        return SharedHold(request_id, estimate)
+
+    async def release(
+        self, hold: SharedHold | None, estimate: int, used_tokens: int | None
+    ) -> None:
+        if hold is None:
+            self.local.release(estimate, used_tokens)
+            return
+        self.local.inflight = max(0, self.local.inflight - 1)
+        tpm = self.limits.tokens_per_minute or 0.0
+        delta = 0 if used_tokens is None else estimate - used_tokens
+        try:
+            await self._release(
+                keys=[self._keys[1], self._keys[2]], args=[hold.request_id, tpm / 60.0, tpm, delta]
+            )
+        except Exception as exc:
+            log.warning("shared limits: release failed (%s); the slot expires by itself", exc)
+
+
+def _fields(limits: TenantLimits) -> dict[str, Any]:
+    return {
+        "requests_per_second": limits.requests_per_second or 0.0,
+        "tokens_per_minute": limits.tokens_per_minute or 0.0,
+        "max_concurrency": limits.max_concurrency or 0,
+    }
+
+
+__all__ = ["SharedHold", "SharedLimiter"]

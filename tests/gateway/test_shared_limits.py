@@ -1,0 +1,94 @@
+"""Tenant limits shared by two gateway replicas through a real Redis server."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import MODEL, GatewayThread, Ladder, free_port, require_binary
+
+
+@pytest.fixture()
+def redis_url(tmp_path: Path) -> Iterator[str]:
+    binary = require_binary("redis-server")
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 10
+    import socket
+
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.05)
+    yield f"redis://127.0.0.1:{port}/0"
+    process.terminate()
+    process.wait(10)
+
+
+def settings(ladder: Ladder, url: str, limits: dict[str, Any]) -> Any:
+    data = ladder.settings().model_dump(mode="json")
+    data["tenants"] = [{"name": "shared", "api_keys": ["sk-shared"], "limits": limits}]
+    data["shared_limits"] = {"redis_url": url}
+    from gateway.config import parse_settings
+
+    return parse_settings(data)
+
+
+def chat(gw: GatewayThread) -> int:
+    body = json.dumps(
+        {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    ).encode()
+    request = urllib.request.Request(f"{gw.url}/v1/chat/completions", data=body, method="POST")
+    request.add_header("authorization", "Bearer sk-shared")
+    request.add_header("content-type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=20) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_two_replicas_share_one_budget(ladder: Ladder, redis_url: str) -> None:
+    config = settings(ladder, redis_url, {"requests_per_second": 0.2, "burst": 4})
+    with GatewayThread(config) as first, GatewayThread(config) as second:
+        statuses = [chat(gw) for _ in range(4) for gw in (first, second)]
+        # One bucket of 4 across both replicas (it refills one request per 5 s).
+        assert statuses.count(200) == 4 and statuses.count(429) == 4
+
+
+def test_shared_concurrency_slots_are_released(ladder: Ladder, redis_url: str) -> None:
+    config = settings(ladder, redis_url, {"max_concurrency": 1})
+    with GatewayThread(config) as first, GatewayThread(config) as second:
+        # Sequential requests never overlap: every one finds the single slot free again.
+        assert [chat(gw) for gw in (first, second, first, second)] == [200, 200, 200, 200]
+
+
+def test_unreachable_redis_falls_back_to_local_limits(ladder: Ladder) -> None:
+    config = settings(
+        ladder, f"redis://127.0.0.1:{free_port()}/0", {"requests_per_second": 0.2, "burst": 2}
+    )
+    with GatewayThread(config) as gw:
+        assert [chat(gw) for _ in range(3)] == [200, 200, 429]
