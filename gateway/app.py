@@ -45,6 +45,7 @@ from gateway.proxy.channel import Receive, Send
 from gateway.proxy.events import ExchangeListener
 from gateway.proxy.service import ProxyService
 from gateway.routing.policy import RoutingPolicy, TopTierPolicy
+from gateway.shadow.sampler import ShadowSampler
 from gateway.stats import EndpointSample, Ladder, TierSample
 from gateway.tenants.admission import Admission
 from gateway.tenants.registry import TenantRegistry
@@ -100,7 +101,8 @@ class Gateway:
             max_request_s=settings.timeouts.total_s,
         )
         self.observer = LiveObserver(settings, self.metrics, lambda: self.runtime.tiers)
-        self.listeners: list[ExchangeListener] = [self.observer]
+        self.shadow = ShadowSampler(settings, self.metrics, lambda: self.runtime.tiers)
+        self.listeners: list[ExchangeListener] = [self.observer, self.shadow]
         self.draining = False
         self.reloads = 0
         self._tasks: list[asyncio.Task[None]] = []
@@ -149,6 +151,7 @@ class Gateway:
         self.admission.configure(runtime.tenants.tenants)
         self.runtime = runtime
         self.observer.configure(runtime.settings)
+        self.shadow.configure(runtime.settings)
         if old is not None:
             kept = {id(state) for tier in runtime.tiers for state in tier.endpoints}
             for tier in old.tiers:
@@ -234,6 +237,7 @@ class Gateway:
         await checker.check_once()
         self._tasks.append(loop.create_task(checker.run()))
         self._tasks.extend(self.observer.start())
+        self._tasks.extend(self.shadow.start())
         self._tasks.append(loop.create_task(self._flush_metrics()))
         if self.watch_config and self.config_path is not None:
             self._tasks.append(loop.create_task(self._watch_config()))
@@ -248,6 +252,7 @@ class Gateway:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
+        self.shadow.close()
         self.metrics.flush()
         for tier in self.runtime.tiers:
             tier.close()

@@ -116,6 +116,10 @@ class TenantSettings(Section):
     # if its calibrated probability still reaches this floor.
     degrade_under_saturation: bool = False
     degrade_min_probability: Probability = 0.5
+    # Shadow evaluation: this tenant's share of cheaper-tier requests replayed on the top
+    # tier (None: the gateway-wide rate), and whether its label lines may keep raw text.
+    shadow_rate: Probability | None = None
+    shadow_keep_text: bool | None = None
 
     @model_validator(mode="after")
     def _thresholds_or_alpha(self) -> Self:
@@ -152,6 +156,28 @@ class ObserverSettings(Section):
     plan_interval_s: float = Field(default=60.0, gt=0.0)
 
 
+class ShadowSettings(Section):
+    """Shadow evaluation and online recalibration (off unless `rate` > 0)."""
+
+    rate: Probability = 0.0  # share of cheaper-tier requests replayed on the top tier
+    max_concurrency: int = Field(default=4, ge=1)  # replays in flight
+    budget_share: Probability = 0.1  # at most this share of the top tier's request slots
+    queue_size: int = Field(default=256, ge=1)
+    judges: list[str] = Field(default_factory=lambda: ["choice", "number", "normalized"])
+    # Tiers known to decode deterministically whatever the sampling parameters (the
+    # simulator): text judges then apply to every pair, not only to greedy or seeded ones.
+    assume_deterministic: bool = False
+    label_log: Path | None = None
+    label_log_max_bytes: int = Field(default=64 * 1024 * 1024, ge=4096)
+    label_log_backups: int = Field(default=3, ge=0)
+    keep_text: bool = False  # default for tenants that do not say
+    window: int = Field(default=2000, ge=10)  # recent labels kept per tenant and tier
+    recalibrate_interval_s: float = Field(default=60.0, gt=0.0)
+    min_labels: int = Field(default=50, ge=1)  # per tier, before a refit
+    prior_weight: float = Field(default=20.0, ge=0.0)  # pseudo-labels from the shipped model
+    drift_margin: Probability = 0.1  # alarm when observed < predicted - margin
+
+
 class SharedLimitSettings(Section):
     """Where per-tenant limits live: this replica's memory, or Redis shared by replicas."""
 
@@ -186,6 +212,7 @@ class Settings(Section):
     resilience: ResilienceSettings = ResilienceSettings()
     observer: ObserverSettings = ObserverSettings()
     shared_limits: SharedLimitSettings = SharedLimitSettings()
+    shadow: ShadowSettings = ShadowSettings()
     planner: PlannerSettings = PlannerSettings()
     admin: AdminSettings = AdminSettings()
     router: RouterSettings = RouterSettings()
@@ -309,6 +336,7 @@ __all__ = [
     "RouterSettings",
     "ServerSettings",
     "Settings",
+    "ShadowSettings",
     "SharedLimitSettings",
     "TenantLimitSettings",
     "TenantSettings",

@@ -74,6 +74,7 @@ class CompletedExchange:
     probability: float | None
     probabilities: tuple[float, ...] | None
     reason: str
+    score: float | None = None
 
 
 __all__ = [

@@ -114,6 +114,11 @@ async def plan(request: Request, gateway: Gateway) -> Any:
     return {"tiers": gateway.observer.plan_view()}
 
 
+async def shadow(request: Request, gateway: Gateway) -> Any:
+    """Shadow evaluation per tenant and tier: labels, predicted and observed adequacy."""
+    return {"tenants": gateway.shadow.view(), "inflight": gateway.shadow.inflight}
+
+
 def routes() -> list[Route]:
     return [
         Route("/admin/config", require_admin(config), methods=["GET"]),
@@ -122,6 +127,7 @@ def routes() -> list[Route]:
         Route("/admin/reload", require_admin(reload), methods=["POST"]),
         Route("/admin/regime", require_admin(regime), methods=["GET"]),
         Route("/admin/plan", require_admin(plan), methods=["GET"]),
+        Route("/admin/shadow", require_admin(shadow), methods=["GET"]),
     ]
 
 

@@ -180,7 +180,7 @@ class LiveObserver:
         return state
 
     # -- ExchangeListener (request path: cheap, never raises) --------------------------------
-    def wants_capture(self, tenant: str) -> bool:
+    def wants_capture(self, tenant: str, tier: int) -> bool:
         return self.rate > 0.0 and self.rng() < self.rate
 
     def upstream_started(self, tier: str, tenant: str) -> None:

@@ -12,8 +12,9 @@ from gateway.stats import CompletedExchange
 
 
 class ExchangeListener(Protocol):
-    def wants_capture(self, tenant: str) -> bool:
-        """Whether this request's answer should be kept for the listener (sampling)."""
+    def wants_capture(self, tenant: str, tier: int) -> bool:
+        """Whether this request's answer should be kept for the listener (sampling), given
+        the ladder tier routing chose for it."""
         ...
 
     def upstream_started(self, tier: str, tenant: str) -> None: ...

@@ -163,7 +163,11 @@ class ProxyService:
                     "stream_options": {**options, "include_usage": True},
                 }
                 exchange.strip_usage = True
-        wanted = [listener for listener in self.listeners if listener.wants_capture(tenant.name)]
+        wanted = [
+            listener
+            for listener in self.listeners
+            if listener.wants_capture(tenant.name, decision.tier)
+        ]
         if wanted:
             exchange.captured = []
         await self._forward(exchange, tenant)
@@ -179,6 +183,7 @@ class ProxyService:
                 probability=decision.probability,
                 probabilities=decision.probabilities,
                 reason=record.reason,
+                score=decision.score,
             )
             for listener in wanted:
                 listener.exchange_done(done)

@@ -22,6 +22,7 @@ class Decision(NamedTuple):
     # P(adequate) for every ladder tier, when the policy computed them (degrading under
     # saturation needs the cheaper tiers' probabilities).
     probabilities: tuple[float, ...] | None = None
+    score: float | None = None  # the router's raw difficulty score (what calibrators consume)
 
 
 class RoutingPolicy(Protocol):

@@ -19,11 +19,15 @@ Verdict = bool | None
 JudgeFn = Callable[[str, str, Mapping[str, Any]], Verdict]
 
 _SPACES = re.compile(r"\s+")
+# Answer-level judges only apply when the reference states a final answer explicitly; a
+# letter or a number somewhere in free text is not an answer.
 _CHOICE_PATTERNS: Final = (
-    re.compile(r"answer\s*(?:is|:)?\s*\(?([A-J])\)?(?![a-z])", re.I),
+    re.compile(r"\banswer\s*(?:is|:)\s*\(?([A-J])\)?(?![A-Za-z])", re.I),
     re.compile(r"^\s*\(?([A-J])[\).:]?\s*$", re.M),
 )
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+_FINAL_NUMBER = re.compile(
+    r"(?:\banswer\s*(?:is|:)|####|\\boxed\{)\s*\$?(-?\d[\d,]*(?:\.\d+)?)", re.I
+)
 
 
 def normalize(text: str) -> str:
@@ -51,8 +55,9 @@ def choice_letter(text: str) -> str | None:
 
 
 def final_number(text: str) -> str | None:
-    """The last number in an answer, normalised (thousands separators, trailing zeros)."""
-    found = _NUMBER.findall(text)
+    """The final numeric answer an answer states ("the answer is 42", "#### 42",
+    "\\boxed{42}"), normalised (thousands separators, trailing zeros)."""
+    found = _FINAL_NUMBER.findall(text)
     if not found:
         return None
     raw = found[-1].replace(",", "")

@@ -27,7 +27,13 @@ def test_choice_letter(text: str, letter: str | None) -> None:
 
 @pytest.mark.parametrize(
     ("text", "value"),
-    [("so 1,000 apples", "1000"), ("x = 2.50", "2.5"), ("-3 and then 7.0", "7"), ("none", None)],
+    [
+        ("so the answer is 1,000 apples", "1000"),
+        ("#### 2.50", "2.5"),
+        ("\\boxed{-3} then answer: 7.0", "7"),
+        ("x * 2 and 7 more", None),
+        ("none", None),
+    ],
 )
 def test_final_number(text: str, value: str | None) -> None:
     assert final_number(text) == value
@@ -35,6 +41,10 @@ def test_final_number(text: str, value: str | None) -> None:
 
 def test_judge_order_and_applicability() -> None:
     assert judge("The answer is A", "Answer: A", {}, ORDER, deterministic=True).adequate  # type: ignore[union-attr]
+    assert judge("The answer is (b).", "Answer : B", {}, ORDER, deterministic=True).adequate  # type: ignore[union-attr]
+    # Free text with numbers in it is not a numeric answer: the text judge decides.
+    verdict = judge("return x * 2", "return x * 3", {}, ORDER, deterministic=True)
+    assert verdict is not None and verdict.judge == "normalized" and not verdict.adequate
     verdict = judge("The answer is 41", "The answer is 42", {}, ORDER, deterministic=True)
     assert verdict is not None and not verdict.adequate and verdict.judge == "number"
     assert judge("  Hello,  World!", "hello world", {}, ORDER, deterministic=True).adequate  # type: ignore[union-attr]

@@ -1,0 +1,90 @@
+"""Calibration monitoring from shadow labels: predicted against observed adequacy, ECE,
+drift alarms. Pure bookkeeping over bounded windows of recent labels."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Final
+
+_BINS: Final = 10
+
+
+@dataclass(frozen=True, slots=True)
+class Label:
+    """One shadow verdict: the probability the router gave, the score behind it, the truth."""
+
+    predicted: float | None
+    score: float | None
+    adequate: bool
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationSummary:
+    n: int
+    predicted: float | None  # mean predicted P(adequate) over labels that had one
+    observed: float  # share judged adequate
+    ece: float | None  # expected calibration error, 10 equal-width bins
+    drift: bool  # observed below predicted by more than the margin (with enough labels)
+
+
+def expected_calibration_error(pairs: list[tuple[float, bool]], bins: int = _BINS) -> float:
+    """sum_b |B|/n * |mean predicted in b - observed rate in b|."""
+    if not pairs:
+        return 0.0
+    totals = [[0, 0.0, 0] for _ in range(bins)]  # count, sum predicted, sum adequate
+    for predicted, adequate in pairs:
+        index = min(bins - 1, max(0, int(predicted * bins)))
+        totals[index][0] += 1
+        totals[index][1] += predicted
+        totals[index][2] += int(adequate)
+    n = len(pairs)
+    return sum(abs(s / c - a / c) * c / n for c, s, a in totals if c)
+
+
+class CalibrationMonitor:
+    """Recent labels per (tenant, tier), bounded by `window`."""
+
+    def __init__(self, window: int, margin: float, min_labels: int) -> None:
+        self.window = window
+        self.margin = margin
+        self.min_labels = min_labels
+        self._labels: dict[tuple[str, str], deque[Label]] = {}
+
+    def add(self, tenant: str, tier: str, label: Label) -> None:
+        key = (tenant, tier)
+        labels = self._labels.get(key)
+        if labels is None:
+            labels = self._labels[key] = deque(maxlen=self.window)
+        labels.append(label)
+
+    def labels(self, tenant: str, tier: str) -> list[Label]:
+        return list(self._labels.get((tenant, tier), ()))
+
+    def pairs(self) -> list[tuple[str, str]]:
+        return sorted(self._labels)
+
+    def summary(self, tenant: str, tier: str) -> CalibrationSummary:
+        labels = self._labels.get((tenant, tier), deque())
+        n = len(labels)
+        observed = sum(label.adequate for label in labels) / n if n else 0.0
+        pairs = [
+            (label.predicted, label.adequate) for label in labels if label.predicted is not None
+        ]
+        predicted = sum(p for p, _ in pairs) / len(pairs) if pairs else None
+        drift = (
+            predicted is not None
+            and len(pairs) >= self.min_labels
+            and observed < predicted - self.margin
+        )
+        return CalibrationSummary(
+            n=n,
+            predicted=predicted,
+            observed=observed,
+            ece=expected_calibration_error(pairs) if pairs else None,
+            drift=drift,
+        )
+
+
+__all__ = ["CalibrationMonitor", "CalibrationSummary", "Label", "expected_calibration_error"]

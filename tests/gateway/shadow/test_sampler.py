@@ -1,0 +1,95 @@
+"""Shadow evaluation end to end with the simulator: labels equal the quality model's truth."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from gateway.sim import quality
+from tests.helpers import API_KEY, MODEL, GatewayThread, Ladder, fixed_policy
+
+ADMIN = "shadow-admin"
+EASY = [f"hello, please translate good morning number {i}" for i in range(10)]
+HARD = [
+    f"Prove that the algorithm is correct and refactor it ({i}).\n"
+    + "def f(x):\n    return x * 2\n" * 30
+    for i in range(10)
+]
+
+
+def chat(gw: GatewayThread, content: str) -> None:
+    body = json.dumps(
+        {"model": MODEL, "messages": [{"role": "user", "content": content}], "max_tokens": 24}
+    ).encode()
+    request = urllib.request.Request(f"{gw.url}/v1/chat/completions", data=body, method="POST")
+    request.add_header("authorization", f"Bearer {API_KEY}")
+    request.add_header("content-type", "application/json")
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert response.status == 200
+
+
+def admin(gw: GatewayThread) -> Any:
+    request = urllib.request.Request(
+        f"{gw.url}/admin/shadow", headers={"authorization": f"Bearer {ADMIN}"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def test_shadow_labels_match_the_quality_model(ladder: Ladder, tmp_path: Path) -> None:
+    log = tmp_path / "labels.jsonl"
+    settings = ladder.settings(
+        shadow={"rate": 1.0, "assume_deterministic": True, "label_log": str(log), "min_labels": 5},
+        admin={"token": ADMIN},
+    )
+    data = settings.model_dump(mode="json")
+    data["tenants"][0]["api_keys"] = [API_KEY]
+    data["tenants"][0]["shadow_keep_text"] = True
+    from gateway.config import parse_settings
+
+    with GatewayThread(
+        parse_settings(data), policy_factory=fixed_policy(0, (0.9, 0.95, 1.0))
+    ) as gw:
+        bf16_before = ladder.sims[2].stats()["requests"]
+        for content in EASY + HARD:
+            chat(gw, content)
+        deadline = time.monotonic() + 30
+        while (
+            time.monotonic() < deadline
+            and admin(gw)["tenants"].get("default", {}).get("nvfp4", {}).get("labels", 0) < 20
+        ):
+            time.sleep(0.2)
+        view = admin(gw)["tenants"]["default"]["nvfp4"]
+        assert view["labels"] == 20
+        truth = [quality.adequate(text, "nvfp4") for text in EASY + HARD]
+        assert sum(truth) < 20  # the hard prompts do diverge at nvfp4
+        assert view["observed"] == sum(truth) / 20
+        assert view["predicted"] == 0.9
+        assert ladder.sims[2].stats()["requests"] - bf16_before == 20  # one replay each, on bf16
+        lines = [json.loads(line) for line in log.read_text().splitlines()]
+        assert len(lines) == 20
+        by_text = {line["messages"][0]["content"]: line for line in lines}
+        for text, adequate in zip(EASY + HARD, truth, strict=True):
+            assert by_text[text]["correct"] == {"nvfp4": float(adequate), "bf16": 1.0}
+            assert by_text[text]["source"] == "shadow:default"
+        labels = {"tenant": "default", "tier": "nvfp4"}
+        assert gw.metric(
+            "tiergate_shadow_labels_total", {**labels, "adequate": "false"}
+        ) == 20 - sum(truth)
+        assert gw.metric("tiergate_calibration_observed_adequacy", labels) == sum(truth) / 20
+        drift = view["observed"] < 0.9 - 0.1
+        assert gw.metric("tiergate_calibration_drift", labels) == float(drift)
+
+
+def test_shadow_skips_top_tier_and_respects_rate_zero(ladder: Ladder) -> None:
+    settings = ladder.settings(shadow={"rate": 0.0}, admin={"token": ADMIN})
+    with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
+        before = ladder.sims[2].stats()["requests"]
+        for content in EASY[:5]:
+            chat(gw, content)
+        time.sleep(0.5)
+        assert ladder.sims[2].stats()["requests"] == before
+        assert admin(gw)["tenants"] == {}
