@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from tests.helpers import GatewayThread, Ladder
+from tests.helpers import SHARED_DATA, GatewayThread, Ladder
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """`../shared/data` next to the repository: missing fails in CI, skips elsewhere."""
+    if not SHARED_DATA.is_dir():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"shared data missing at {SHARED_DATA}")
+        pytest.skip(f"shared data not found at {SHARED_DATA}")
+    return SHARED_DATA
 
 
 @pytest.fixture(scope="session")

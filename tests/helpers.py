@@ -40,23 +40,51 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def http_json(
-    method: str, url: str, body: Any = None, headers: dict[str, str] | None = None
-) -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method=method, headers=headers or {})
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    headers: dict[str, str]  # lower-case names
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+def send(
+    method: str,
+    url: str,
+    body: Any = None,
+    *,
+    key: str | None = API_KEY,
+    headers: dict[str, str] | None = None,
+    timeout: float = 30,
+) -> Reply:
+    """One HTTP request; `body` is JSON-encoded unless it is bytes; 4xx/5xx are returned."""
+    data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method)
+    if key is not None:
+        request.add_header("authorization", f"Bearer {key}")
     if data is not None:
         request.add_header("content-type", "application/json")
+    for name, value in (headers or {}).items():
+        request.add_header(name, value)
     try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            payload = response.read()
-            status = response.status
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return Reply(response.status, _lower(response.headers.items()), response.read())
     except urllib.error.HTTPError as exc:
-        payload, status = exc.read(), exc.code
+        return Reply(exc.code, _lower(exc.headers.items()), exc.read())
+
+
+def _lower(items: Any) -> dict[str, str]:
+    return {name.lower(): value for name, value in items}
+
+
+def http_json(method: str, url: str, body: Any = None) -> tuple[int, Any]:
+    reply = send(method, url, body, key=None)
     try:
-        return status, json.loads(payload) if payload else None
+        return reply.status, reply.json() if reply.body else None
     except json.JSONDecodeError:
-        return status, payload.decode()
+        return reply.status, reply.body.decode()
 
 
 @dataclass

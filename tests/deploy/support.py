@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
+
+from tests.helpers import require_binary
 
 REPO: Final = Path(__file__).resolve().parents[2]
 DEPLOY: Final = REPO / "deploy"
@@ -55,17 +54,6 @@ _SUFFIXES: Final = {
     "gauge": ("",),
     "summary": ("_sum", "_count", ""),
 }
-
-
-def require_binary(name: str) -> str:
-    """The binary's path; missing is a failure in CI and a skip elsewhere."""
-    path = shutil.which(name)
-    if path is None:
-        why = f"`{name}` is not installed (tests/tools/install_system_deps.sh installs it)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{why}; CI must run this test")
-        pytest.skip(why)
-    return path
 
 
 def exposed_names(registry: CollectorRegistry) -> set[str]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import API_KEY, MODEL, GatewayThread, Ladder
+from tests.helpers import API_KEY, MODEL, GatewayThread, Ladder, send
 
 
 def post(
@@ -17,17 +17,10 @@ def post(
     headers: dict[str, str] | None = None,
     path: str = "/v1/chat/completions",
 ) -> tuple[int, Any]:
-    request = urllib.request.Request(f"{gw.url}{path}", data=body, method="POST")
-    for name, value in (
-        headers if headers is not None else {"authorization": f"Bearer {API_KEY}"}
-    ).items():
-        request.add_header(name, value)
-    request.add_header("content-type", "application/json")
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
+    # `headers` replaces the default authorization (None: send the valid key).
+    key = API_KEY if headers is None else None
+    reply = send("POST", f"{gw.url}{path}", body, key=key, headers=headers, timeout=10)
+    return reply.status, reply.json()
 
 
 def assert_openai_error(status: int, body: Any, expected_status: int) -> dict[str, Any]:

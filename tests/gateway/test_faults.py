@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import API_KEY, MODEL, GatewayThread, Ladder, Sim, fixed_policy, free_port
+from tests.helpers import API_KEY, MODEL, GatewayThread, Ladder, Sim, fixed_policy, free_port, send
 
 pytestmark = pytest.mark.slow
 
@@ -63,20 +63,8 @@ def chat(
         "max_tokens": max_tokens,
         "stream": stream,
     }
-    request = urllib.request.Request(
-        f"{gw.url}/v1/chat/completions", data=json.dumps(body).encode(), method="POST"
-    )
-    request.add_header("authorization", f"Bearer {API_KEY}")
-    request.add_header("content-type", "application/json")
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return (
-                response.status,
-                {k.lower(): v for k, v in response.headers.items()},
-                response.read(),
-            )
-    except urllib.error.HTTPError as exc:
-        return exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read()
+    reply = send("POST", f"{gw.url}/v1/chat/completions", body)
+    return reply.status, reply.headers, reply.body
 
 
 def attempts(gw: GatewayThread, tier: str, outcome: str) -> float:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import json
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.api.openapi import openapi_document
-from tests.helpers import API_KEY, MODEL, GatewayThread, Ladder
+from tests.helpers import API_KEY, MODEL, GatewayThread, Ladder, send
 
 pytestmark = pytest.mark.slow
 
@@ -67,14 +66,8 @@ def test_schema_generated_requests(case: Any, fuzz_gw: GatewayThread) -> None:
 
 
 def post_raw(gw: GatewayThread, body: bytes, path: str) -> tuple[int, bytes]:
-    request = urllib.request.Request(f"{gw.url}{path}", data=body, method="POST")
-    request.add_header("authorization", f"Bearer {API_KEY}")
-    request.add_header("content-type", "application/json")
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
+    reply = send("POST", f"{gw.url}{path}", body)
+    return reply.status, reply.body
 
 
 json_values = st.recursive(

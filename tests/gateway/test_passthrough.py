@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import json
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,7 +11,7 @@ import pytest
 
 from gateway.config import parse_settings
 from tests.fakes import FakeUpstream, Reply
-from tests.helpers import API_KEY, MODEL, GatewayThread
+from tests.helpers import API_KEY, MODEL, GatewayThread, send
 
 
 @pytest.fixture()
@@ -46,20 +44,8 @@ def upstream_pair() -> Iterator[tuple[FakeUpstream, FakeUpstream, GatewayThread]
 def call(
     gw: GatewayThread, body: dict[str, Any], path: str = "/v1/chat/completions"
 ) -> tuple[int, dict[str, str], bytes]:
-    request = urllib.request.Request(
-        f"{gw.url}{path}", data=json.dumps(body).encode(), method="POST"
-    )
-    request.add_header("authorization", f"Bearer {API_KEY}")
-    request.add_header("content-type", "application/json")
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return (
-                response.status,
-                {k.lower(): v for k, v in response.headers.items()},
-                response.read(),
-            )
-    except urllib.error.HTTPError as exc:
-        return exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read()
+    reply = send("POST", f"{gw.url}{path}", body, timeout=10)
+    return reply.status, reply.headers, reply.body
 
 
 EVERY_FIELD = {

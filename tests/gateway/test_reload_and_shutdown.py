@@ -12,20 +12,14 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import API_KEY, MODEL, GatewayProcess, Ladder, write_settings
+from tests.helpers import API_KEY, MODEL, GatewayProcess, Ladder, send, write_settings
 
 ADMIN = "reload-admin-token"
 
 
 def post(url: str, body: Any, key: str = API_KEY, timeout: float = 30) -> tuple[int, bytes]:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")
-    request.add_header("authorization", f"Bearer {key}")
-    request.add_header("content-type", "application/json")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
+    reply = send("POST", url, body, key=key, timeout=timeout)
+    return reply.status, reply.body
 
 
 def chat(url: str, key: str = API_KEY) -> int:

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers import MODEL, GatewayThread, Ladder, free_port, require_binary
+from tests.helpers import MODEL, GatewayThread, Ladder, free_port, require_binary, send
 
 
 @pytest.fixture()
@@ -58,17 +56,8 @@ def settings(ladder: Ladder, url: str, limits: dict[str, Any]) -> Any:
 
 
 def chat(gw: GatewayThread) -> int:
-    body = json.dumps(
-        {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
-    ).encode()
-    request = urllib.request.Request(f"{gw.url}/v1/chat/completions", data=body, method="POST")
-    request.add_header("authorization", "Bearer sk-shared")
-    request.add_header("content-type", "application/json")
-    try:
-        with urllib.request.urlopen(request, timeout=20) as response:
-            return response.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    return send("POST", f"{gw.url}/v1/chat/completions", body, key="sk-shared", timeout=20).status
 
 
 def test_two_replicas_share_one_budget(ladder: Ladder, redis_url: str) -> None:

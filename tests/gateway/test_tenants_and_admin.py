@@ -11,7 +11,7 @@ import pytest
 
 from gateway.config import parse_settings
 from gateway.tenants.registry import hash_key
-from tests.helpers import MODEL, GatewayThread, Ladder
+from tests.helpers import MODEL, GatewayThread, Ladder, send
 
 ADMIN = "admin-secret-token"
 
@@ -48,20 +48,8 @@ def call(
     path: str = "/v1/chat/completions",
     method: str = "POST",
 ) -> tuple[int, dict[str, str], Any]:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(f"{gw.url}{path}", data=data, method=method)
-    if key is not None:
-        request.add_header("authorization", f"Bearer {key}")
-    request.add_header("content-type", "application/json")
-    try:
-        with urllib.request.urlopen(request, timeout=20) as response:
-            return (
-                response.status,
-                {k.lower(): v for k, v in response.headers.items()},
-                json.loads(response.read()),
-            )
-    except urllib.error.HTTPError as exc:
-        return exc.code, {k.lower(): v for k, v in exc.headers.items()}, json.loads(exc.read())
+    reply = send(method, f"{gw.url}{path}", body, key=key, timeout=20)
+    return reply.status, reply.headers, reply.json()
 
 
 def chat(max_tokens: int | None = 4, model: str = MODEL, content: str = "hi") -> dict[str, Any]:

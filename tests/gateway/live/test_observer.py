@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,7 +10,7 @@ import pytest
 
 from gateway.live.observer import flags_from_args, regime_of
 from gateway.observer.regime import ConcurrencySummary, RegimeReport, RhoSummary, RSummary
-from tests.helpers import API_KEY, MODEL, GatewayThread, Ladder, Sim, free_port
+from tests.helpers import MODEL, GatewayThread, Ladder, Sim, free_port, send
 
 ADMIN = "observer-admin"
 
@@ -100,24 +98,14 @@ def observed() -> Iterator[tuple[Ladder, GatewayThread]]:
 
 
 def admin(gw: GatewayThread, path: str) -> Any:
-    request = urllib.request.Request(
-        f"{gw.url}{path}", headers={"authorization": f"Bearer {ADMIN}"}
-    )
-    with urllib.request.urlopen(request, timeout=20) as response:
-        return json.loads(response.read())
+    return send("GET", f"{gw.url}{path}", key=ADMIN).json()
 
 
 def chat(
     gw: GatewayThread, tier: str, messages: list[dict[str, str]], max_tokens: int = 40
 ) -> None:
     body = {"model": f"{MODEL}@{tier}", "messages": messages, "max_tokens": max_tokens}
-    request = urllib.request.Request(
-        f"{gw.url}/v1/chat/completions", data=json.dumps(body).encode(), method="POST"
-    )
-    request.add_header("authorization", f"Bearer {API_KEY}")
-    request.add_header("content-type", "application/json")
-    with urllib.request.urlopen(request, timeout=30) as response:
-        assert response.status == 200
+    assert send("POST", f"{gw.url}/v1/chat/completions", body).status == 200
 
 
 SYSTEM = {"role": "system", "content": "You are a careful assistant for the billing team. " * 20}

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from gateway.sim import quality
-from tests.helpers import API_KEY, MODEL, GatewayThread, Ladder, fixed_policy
+from tests.helpers import API_KEY, MODEL, GatewayThread, Ladder, fixed_policy, send
 
 ADMIN = "shadow-admin"
 EASY = [f"hello, please translate good morning number {i}" for i in range(10)]
@@ -21,22 +20,12 @@ HARD = [
 
 
 def chat(gw: GatewayThread, content: str) -> None:
-    body = json.dumps(
-        {"model": MODEL, "messages": [{"role": "user", "content": content}], "max_tokens": 24}
-    ).encode()
-    request = urllib.request.Request(f"{gw.url}/v1/chat/completions", data=body, method="POST")
-    request.add_header("authorization", f"Bearer {API_KEY}")
-    request.add_header("content-type", "application/json")
-    with urllib.request.urlopen(request, timeout=30) as response:
-        assert response.status == 200
+    body = {"model": MODEL, "messages": [{"role": "user", "content": content}], "max_tokens": 24}
+    assert send("POST", f"{gw.url}/v1/chat/completions", body).status == 200
 
 
 def admin(gw: GatewayThread) -> Any:
-    request = urllib.request.Request(
-        f"{gw.url}/admin/shadow", headers={"authorization": f"Bearer {ADMIN}"}
-    )
-    with urllib.request.urlopen(request, timeout=10) as response:
-        return json.loads(response.read())
+    return send("GET", f"{gw.url}/admin/shadow", key=ADMIN).json()
 
 
 def test_shadow_labels_match_the_quality_model(ladder: Ladder, tmp_path: Path) -> None:
