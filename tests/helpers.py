@@ -79,8 +79,10 @@ def _lower(items: Any) -> dict[str, str]:
     return {name.lower(): value for name, value in items}
 
 
-def http_json(method: str, url: str, body: Any = None) -> tuple[int, Any]:
-    reply = send(method, url, body, key=None)
+def http_json(
+    method: str, url: str, body: Any = None, headers: dict[str, str] | None = None
+) -> tuple[int, Any]:
+    reply = send(method, url, body, key=None, headers=headers)
     try:
         return reply.status, reply.json() if reply.body else None
     except json.JSONDecodeError:

@@ -61,7 +61,8 @@ FEATURE_SETTINGS: Final[dict[str, Any]] = {
     },
     "planner": {"hardware": "h200"},  # the simulators' cost model
     # Shadow evaluation (issue 9): guessed shapes, replay every cheaper-tier request.
-    "shadow": {"rate": 1.0},
+    # The simulators decode deterministically whatever the temperature, so text judges apply.
+    "shadow": {"rate": 1.0, "assume_deterministic": True},
     "tenant:shadow_rate": 1.0,
 }
 SIM_FLAGS: Final = ("--prefix-caching", "--spec-decode")
@@ -99,6 +100,10 @@ _FLOOR = Pending(
     _placeholder_router,
 )
 _SHADOW = Pending("shadow evaluation (issue 9) has not landed", _lacks("shadow"))
+# Predicted adequacy needs the router's probabilities; recalibration needs its scores.
+_CALIBRATED = Pending(
+    "predictions and recalibration need the difficulty router", _placeholder_router
+)
 _OBSERVER = Pending("the live regime observer and planner have not landed", _lacks("observer"))
 PENDING: Final[dict[str, Pending]] = {
     "tiergate-traffic/Chosen-tier probability": _ROUTER,
@@ -109,13 +114,13 @@ PENDING: Final[dict[str, Pending]] = {
     # Overspend exists only against the uniform floor: nothing costs more than the top tier.
     "tiergate-savings/Savings and overspend rate by baseline#B": _FLOOR,
     "tiergate-savings/Routing pays (pre-test)": _ROUTER,
-    "tiergate-calibration/Predicted and observed adequacy per tier": _SHADOW,
-    "tiergate-calibration/Observed minus predicted adequacy": _SHADOW,
-    "tiergate-calibration/Expected calibration error": _SHADOW,
-    "tiergate-calibration/Calibration drift alarm": _SHADOW,
+    "tiergate-calibration/Predicted and observed adequacy per tier#A": _CALIBRATED,
+    "tiergate-calibration/Observed minus predicted adequacy": _CALIBRATED,
+    "tiergate-calibration/Expected calibration error": _CALIBRATED,
+    "tiergate-calibration/Calibration drift alarm": _CALIBRATED,
     "tiergate-calibration/Shadow replays by outcome": _SHADOW,
     "tiergate-calibration/Shadow labels by verdict": _SHADOW,
-    "tiergate-calibration/Recalibrations over the range": _SHADOW,
+    "tiergate-calibration/Recalibrations over the range": _CALIBRATED,
     "tiergate-regime/Concurrency C (gateway observer)": _OBSERVER,
     "tiergate-regime/Prefix share rho#A": _OBSERVER,
     "tiergate-regime/Repetitiveness r#A": _OBSERVER,

@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 from gateway.observer.acceptance import inverse_accepted_per_round
-from gateway.observer.ngram_replay import NgramCounts, replay_pair
-from tests.vllm.deployment import Deployment
+from gateway.observer.ngram_replay import NgramCounts, NgramProposer, replay_pair
+from tests.vllm.deployment import Deployment, VllmServer
 from tests.vllm.support import (
     PUBLIC_MODEL,
     EngineScrape,
@@ -84,6 +84,32 @@ def record(report: dict[str, Any], key: str, numbers: dict[str, Any]) -> None:
     print(f"\n[vllm agreement] {key}: {json.dumps(numbers, indent=1, sort_keys=True)}")
 
 
+def tokenize(server: VllmServer, **query: Any) -> list[int]:
+    body = {"model": server.served_model_name, **query}
+    return list(post_json(f"{server.url}/tokenize", body)["tokens"])
+
+
+def replay_after_prefill(prompt: list[int], completion: list[int]) -> tuple[int, int, int, int]:
+    """(rounds, drafting rounds, draft tokens, accepted tokens) when, as in vLLM, the first
+    completion token comes from the prefill step with no draft. `replay_pair` drafts for
+    that position from the prompt alone; docs/vllm-tests.md has the difference it makes."""
+    proposer = NgramProposer(MIN_N, MAX_N, K, context=[*prompt, *completion[:1]])
+    rounds, draft_rounds, drafted, accepted = 1, 0, 0, 0
+    i = 1
+    while i < len(completion):
+        draft = proposer.propose()
+        hit = 0
+        while hit < len(draft) and i + hit < len(completion) and completion[i + hit] == draft[hit]:
+            hit += 1
+        rounds += 1
+        draft_rounds += bool(draft)
+        drafted += len(draft)
+        accepted += hit
+        proposer.extend(completion[i : i + hit + 1])
+        i += hit + 1
+    return rounds, draft_rounds, drafted, accepted
+
+
 def test_ngram_replay_matches_the_engines_acceptance(
     deployment: Deployment, vllm_report: dict[str, Any]
 ) -> None:
@@ -107,6 +133,9 @@ def test_ngram_replay_matches_the_engines_acceptance(
         with ThreadPoolExecutor(3) as pool:
             results = list(pool.map(run, prompts))
         after = settled_scrape(server, before, len(prompts))
+        gen = after.delta(before, "vllm:generation_tokens_total")
+        acc = after.delta(before, "vllm:spec_decode_num_accepted_tokens_total")
+        a_obs = gen / (gen - acc)
 
         def caught_up() -> dict[str, Any] | None:
             view = admin_get(gw, "/admin/regime")
@@ -114,9 +143,6 @@ def test_ngram_replay_matches_the_engines_acceptance(
             done = view["samples"]["processed"] >= len(prompts)
             return tier if done and tier["r"]["a_obs"] == pytest.approx(a_obs) else None
 
-        gen = after.delta(before, "vllm:generation_tokens_total")
-        acc = after.delta(before, "vllm:spec_decode_num_accepted_tokens_total")
-        a_obs = gen / (gen - acc)
         tier = wait_for(caught_up, "the observer to replay every sample and scrape the engine")
 
     drafts = after.delta(before, "vllm:spec_decode_num_drafts_total")
@@ -131,17 +157,17 @@ def test_ngram_replay_matches_the_engines_acceptance(
     }
 
     exact = NgramCounts()
-    retokenized = 0
+    after_prefill = [0, 0, 0, 0]
+    retokenized = retokenized_tokens = 0
     for prompt, ids, text in results:
-        prompt_ids = post_json(
-            f"{server.url}/tokenize", {"model": server.served_model_name, "prompt": prompt}
-        )["tokens"]
+        prompt_ids = tokenize(server, prompt=prompt)
         exact = exact + replay_pair(prompt_ids, ids, MIN_N, MAX_N, K)
-        again = post_json(
-            f"{server.url}/tokenize",
-            {"model": server.served_model_name, "prompt": text, "add_special_tokens": False},
-        )["tokens"]
+        after_prefill = [
+            a + b for a, b in zip(after_prefill, replay_after_prefill(prompt_ids, ids), strict=True)
+        ]
+        again = tokenize(server, prompt=text, add_special_tokens=False)
         retokenized += again != ids
+        retokenized_tokens += len(again)
     summary = exact.summary(K)
     replay = {
         "A_sim": summary["A_sim"],
@@ -149,17 +175,31 @@ def test_ngram_replay_matches_the_engines_acceptance(
         "accept_rate": summary["accept_rate"],
         "r_iid": summary["r_iid"],
     }
+    rounds, draft_rounds, drafted, accepted = after_prefill
+    prefill_aware = {
+        "A_sim": gen / rounds,
+        "mean_acceptance_length": 1 + accepted / draft_rounds,
+        "accept_rate": accepted / drafted,
+        "drafts": draft_rounds,
+    }
     observed = {
         "A_sim": tier["r"]["A_sim"],
         "r_iid": tier["r"]["r_iid"],
         "a_obs": tier["r"]["a_obs"],
         "r_engine": tier["r"]["r_engine"],
         "completions_retokenized_differently": f"{retokenized}/{len(results)}",
+        "retokenized_tokens_per_generated": retokenized_tokens / gen,
     }
     record(
         vllm_report,
         "ngram",
-        {"engine": engine, "replay_exact_ids": replay, "observer": observed, "requests": 24},
+        {
+            "engine": engine,
+            "replay_exact_ids": replay,
+            "replay_exact_ids_prefill_round": prefill_aware,
+            "observer": observed,
+            "requests": len(prompts),
+        },
     )
 
     assert gen == 24 * 96
@@ -196,12 +236,17 @@ def shared_prefix_workload(apps: int = 4, users: int = 4) -> list[list[dict[str,
     return chats
 
 
+@pytest.mark.parametrize("planner", ["deployment", "gateway_default"])
 def test_prefix_replay_matches_the_engines_hit_rate(
-    deployment: Deployment, vllm_report: dict[str, Any]
+    deployment: Deployment, vllm_report: dict[str, Any], planner: str
 ) -> None:
+    """With the deployment's planner settings the replay hashes 128-token blocks from the
+    start; with the gateway's defaults (16-token blocks, GPU presets) the observer must
+    adopt the engine's block size from `vllm:cache_config_info` at its first scrape."""
     server = deployment["prefix"]
     chats = shared_prefix_workload()
-    with observed_gateway(deployment) as gw:
+    overrides = {"planner": {}} if planner == "gateway_default" else {}
+    with observed_gateway(deployment, **overrides) as gw:
         sdk = client(gw)
         before = EngineScrape.of(server)
         for messages in chats:  # one at a time: a cached block is reused only once computed
@@ -232,7 +277,7 @@ def test_prefix_replay_matches_the_engines_hit_rate(
         "block_size": int(EngineScrape.of(server).labels("vllm:cache_config_info")["block_size"]),
         "requests": len(chats),
     }
-    record(vllm_report, "rho", numbers)
+    record(vllm_report, f"rho_{planner}_planner", numbers)
 
     # The observer tokenized exactly what the engine prefilled (chat template included).
     assert rho["sampled_tokens"] == queries
