@@ -30,7 +30,7 @@ from tests.vllm.deployment import (
     cpu_summary,
     ensure_model,
     ensure_venv,
-    probe_kernels,
+    warm_up,
 )
 
 REPORT = pytest.StashKey[dict[str, Any]]()
@@ -92,7 +92,7 @@ def deployment(
             running.start()
         except RuntimeError as exc:
             try:
-                probe_kernels(logs / "probe.log")
+                warm_up(logs / "warm-up.log")
             except VllmUnavailable as cpu:
                 unavailable(f"{cpu}\nserver start-up: {exc}")
             raise RuntimeError(f"{exc}\n({cpu_summary()})") from None

