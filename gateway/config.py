@@ -149,6 +149,9 @@ class ObserverSettings(Section):
 
     enabled: bool = True
     sample_rate: float = Field(default=0.1, ge=0.0, le=1.0)  # share of requests replayed
+    # Each sample costs two /tokenize calls: a cap keeps the observer's cost bounded in
+    # absolute terms at high traffic, where a few samples per second are plenty.
+    max_samples_per_s: float = Field(default=20.0, gt=0.0)
     queue_size: int = Field(default=1000, ge=1)  # samples waiting; more are dropped
     window_s: float = Field(default=300.0, gt=0.0)
     bucket_s: float = Field(default=5.0, gt=0.0)

@@ -36,8 +36,7 @@ class GatewayMetrics:
         self, registry: CollectorRegistry, build_labels: dict[str, str] | None = None
     ) -> None:
         self.registry = registry
-        self._pending_counts: dict[tuple[Any, tuple[str, ...]], float] = {}
-        self._pending_hist: dict[tuple[Any, tuple[str, ...]], _PendingHistogram] = {}
+        self._pending: dict[tuple[Any, ...], _Aggregate] = {}
         self._children: dict[tuple[Any, ...], Any] = {}
         self.requests = Counter(
             "tiergate_requests",
@@ -272,91 +271,140 @@ class GatewayMetrics:
             self._children[key] = child
         return child
 
-    # -- the request path: plain dict arithmetic, flushed in batches -----------------------
-    def _add(self, metric: Any, labels: tuple[str, ...], amount: float = 1.0) -> None:
-        key = (metric, labels)
-        self._pending_counts[key] = self._pending_counts.get(key, 0.0) + amount
-
-    def _observe(self, metric: Any, labels: tuple[str, ...], value: float) -> None:
-        key = (metric, labels)
-        pending = self._pending_hist.get(key)
-        if pending is None:
-            pending = self._pending_hist[key] = _PendingHistogram(metric._upper_bounds)
-        pending.observe(value)
+    # -- the request path: one dict update per request, expanded at flush ------------------
+    def record(self, record: RequestRecord) -> None:
+        """Sinks one finished request: requests with the same labels share one aggregate."""
+        key = (
+            record.tenant,
+            record.kind,
+            record.status,
+            record.served_tier,
+            record.decided_tier,
+            record.reason,
+            record.rejected,
+            record.ladder,
+            tuple(record.attempts),
+            record.error_after_first_byte,
+            record.client_disconnected,
+        )
+        aggregate = self._pending.get(key)
+        if aggregate is None:
+            aggregate = self._pending[key] = _Aggregate(self)
+        aggregate.add(record)
 
     def flush(self) -> None:
-        """Moves the accumulated increments into the Prometheus objects (scrape, or timer).
+        """Moves the accumulated requests into the Prometheus objects (scrape, or timer).
 
-        Per request the sink only does dict arithmetic; the locked, per-label work of
-        prometheus_client is paid once per label set per flush.
+        The locked, per-label work of prometheus_client is paid once per distinct label set
+        per flush, not once per request.
         """
-        counts, self._pending_counts = self._pending_counts, {}
+        pending, self._pending = self._pending, {}
+        counts: dict[tuple[Any, tuple[str, ...]], float] = {}
+
+        def add(metric: Any, labels: tuple[str, ...], amount: float) -> None:
+            counts[(metric, labels)] = counts.get((metric, labels), 0.0) + amount
+
+        for key, aggregate in pending.items():
+            self._expand(key, aggregate, add)
         for (metric, labels), amount in counts.items():
             self._child(metric, *labels).inc(amount)
-        histograms, self._pending_hist = self._pending_hist, {}
-        for (metric, labels), pending in histograms.items():
-            pending.flush_into(self._child(metric, *labels))
 
-    def record(self, record: RequestRecord) -> None:
-        """Sinks one finished request."""
-        names, costs = record.ladder.names, record.ladder.costs
-        tier = NO_TIER if record.served_tier is None else names[record.served_tier]
-        tenant = record.tenant
-        add, observe = self._add, self._observe
-        add(self.requests, (tenant, tier, record.kind, str(record.status)))
-        observe(self.request_duration, (tenant, tier), record.duration_s)
-        observe(self.overhead, (record.kind,), record.overhead_s)
-        if record.rejected is not None:
-            add(self.rejections, (tenant, record.rejected))
-        for attempt in record.attempts:
-            add(self.attempts, (names[attempt.tier], attempt.endpoint, attempt.outcome))
-        if record.decided_tier is not None:
-            decided = names[record.decided_tier]
-            add(self.decisions, (tenant, decided, record.reason or "unknown"))
-            if record.probability is not None:
-                observe(self.probability, (decided,), record.probability)
-            if record.served_tier is not None and record.served_tier != record.decided_tier:
-                reason = record.attempts[0].outcome if record.attempts else "unknown"
-                add(self.escalations, (tenant, decided, tier, reason))
-        if record.served_tier is None:
+    def _expand(self, key: tuple[Any, ...], agg: _Aggregate, add: Callable[..., None]) -> None:
+        tenant, kind, status, served, decided_at, reason, rejected, ladder, attempts = key[:9]
+        error_after_first_byte, client_disconnected = key[9:]
+        names, costs = ladder.names, ladder.costs
+        n = agg.count
+        tier = NO_TIER if served is None else names[served]
+        add(self.requests, (tenant, tier, kind, str(status)), n)
+        agg.duration.flush_into(self._child(self.request_duration, tenant, tier))
+        agg.overhead.flush_into(self._child(self.overhead, kind))
+        if rejected is not None:
+            add(self.rejections, (tenant, rejected), n)
+        for attempt in attempts:
+            add(self.attempts, (names[attempt.tier], attempt.endpoint, attempt.outcome), n)
+        if decided_at is not None:
+            decided = names[decided_at]
+            add(self.decisions, (tenant, decided, reason or "unknown"), n)
+            if agg.probability.count:
+                agg.probability.flush_into(self._child(self.probability, decided))
+            if served is not None and served != decided_at:
+                first = attempts[0].outcome if attempts else "unknown"
+                add(self.escalations, (tenant, decided, tier, first), n)
+        if served is None:
             return
-        if record.ttft_s is not None:
-            observe(self.ttft, (tenant, tier), record.ttft_s)
-        if record.error_after_first_byte:
-            add(self.stream_errors, (tenant, tier))
-        if record.client_disconnected:
-            add(self.client_disconnects, (tenant, tier))
-        tokens = record.prompt_tokens + record.completion_tokens
+        if agg.ttft.count:
+            agg.ttft.flush_into(self._child(self.ttft, tenant, tier))
+        if error_after_first_byte:
+            add(self.stream_errors, (tenant, tier), n)
+        if client_disconnected:
+            add(self.client_disconnects, (tenant, tier), n)
+        tokens = agg.prompt_tokens + agg.completion_tokens
         if tokens:
-            add(self.prompt_tokens, (tenant, tier), record.prompt_tokens)
-            add(self.completion_tokens, (tenant, tier), record.completion_tokens)
-            served_cost = tokens * costs[record.served_tier]
+            add(self.prompt_tokens, (tenant, tier), agg.prompt_tokens)
+            add(self.completion_tokens, (tenant, tier), agg.completion_tokens)
+            served_cost = tokens * costs[served]
             add(self.cost, (tenant, tier), served_cost)
-            self._credit(tenant, "top_tier", tokens * costs[-1] - served_cost)
+            self._credit(add, tenant, "top_tier", tokens * costs[-1] - served_cost)
             floor = self.uniform_floor_tier.get(tenant)
             if floor is not None and floor < len(costs):
-                self._credit(tenant, "uniform_floor", tokens * costs[floor] - served_cost)
+                self._credit(add, tenant, "uniform_floor", tokens * costs[floor] - served_cost)
 
-    def _credit(self, tenant: str, baseline: str, saved: float) -> None:
+    def _credit(self, add: Callable[..., None], tenant: str, baseline: str, saved: float) -> None:
         if saved >= 0:
-            self._add(self.savings, (tenant, baseline), saved)
+            add(self.savings, (tenant, baseline), saved)
         else:
-            self._add(self.overspend, (tenant, baseline), -saved)
+            add(self.overspend, (tenant, baseline), -saved)
+
+
+class _Aggregate:
+    """Requests with identical labels since the last flush: a count, token sums, histograms."""
+
+    __slots__ = (
+        "completion_tokens",
+        "count",
+        "duration",
+        "overhead",
+        "probability",
+        "prompt_tokens",
+        "ttft",
+    )
+
+    def __init__(self, metrics: GatewayMetrics) -> None:
+        self.count = 0
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+        self.duration = _PendingHistogram(metrics.request_duration._upper_bounds)
+        self.overhead = _PendingHistogram(metrics.overhead._upper_bounds)
+        self.ttft = _PendingHistogram(metrics.ttft._upper_bounds)
+        self.probability = _PendingHistogram(metrics.probability._upper_bounds)
+
+    def add(self, record: RequestRecord) -> None:
+        self.count += 1
+        self.prompt_tokens += record.prompt_tokens
+        self.completion_tokens += record.completion_tokens
+        self.duration.observe(record.duration_s)
+        self.overhead.observe(record.overhead_s)
+        if record.ttft_s is not None:
+            self.ttft.observe(record.ttft_s)
+        if record.probability is not None:
+            self.probability.observe(record.probability)
 
 
 class _PendingHistogram:
     """Bucket counts and sum of observations not yet flushed into a Histogram child."""
 
-    __slots__ = ("bounds", "counts", "total")
+    __slots__ = ("bounds", "count", "counts", "total")
 
     def __init__(self, bounds: list[float]) -> None:
         self.bounds = bounds
         self.counts = [0] * len(bounds)
+        self.count = 0
         self.total = 0.0
 
     def observe(self, value: float) -> None:
         # Prometheus buckets are `le` (value <= bound): bisect_left finds the first such bound.
         self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.count += 1
         self.total += value
 
     def flush_into(self, child: Any) -> None:

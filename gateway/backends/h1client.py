@@ -55,14 +55,17 @@ class UpstreamResponse:
         "_complete",
         "_conn",
         "_error",
+        "_loop",
         "_waiter",
         "headers",
         "keep_alive",
         "status",
     )
 
-    def __init__(self, conn: _Connection) -> None:
+    def __init__(self, conn: _Connection, loop: asyncio.AbstractEventLoop) -> None:
         self._conn: _Connection | None = conn
+        # Kept, not looked up: asyncio.get_running_loop() costs a getpid() system call.
+        self._loop = loop
         self.status = 0
         self.headers: list[tuple[bytes, bytes]] = []
         self.keep_alive = False
@@ -114,7 +117,7 @@ class UpstreamResponse:
                 raise self._error
             if self._complete:
                 raise StopAsyncIteration
-            self._waiter = asyncio.get_running_loop().create_future()
+            self._waiter = self._loop.create_future()
             try:
                 await self._waiter
             finally:
@@ -287,6 +290,7 @@ class ConnectionPool:
         self.connect_timeout_s = connect_timeout_s
         self.max_idle = max_idle
         self._idle: list[_Connection] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._host_header = f"{host}:{port}".encode()
 
     def render(self, method: bytes, path: bytes, body: bytes, extra_headers: bytes = b"") -> bytes:
@@ -329,8 +333,8 @@ class ConnectionPool:
     async def _exchange(
         self, conn: _Connection, request: bytes, first_byte_s: float, total_s: float
     ) -> UpstreamResponse:
-        loop = asyncio.get_running_loop()
-        response = UpstreamResponse(conn)
+        loop = self._loop or self._bind_loop()
+        response = UpstreamResponse(conn, loop)
         waiter: asyncio.Future[None] = loop.create_future()
         conn.waiter = waiter
         deadline = loop.time() + total_s
@@ -356,8 +360,12 @@ class ConnectionPool:
         conn.fail(UpstreamTimeout(f"upstream {self.host}:{self.port} passed the {which} deadline"))
         conn.abort()
 
+    def _bind_loop(self) -> asyncio.AbstractEventLoop:
+        self._loop = asyncio.get_running_loop()
+        return self._loop
+
     async def _connect(self) -> _Connection:
-        loop = asyncio.get_running_loop()
+        loop = self._bind_loop()
         try:
             async with asyncio.timeout(self.connect_timeout_s):
                 _, conn = await loop.create_connection(

@@ -57,15 +57,12 @@ class TierBackend:
     """A ladder tier: its endpoints and a bounded queue of requests waiting for a slot."""
 
     index: int
+    name: str
     settings: TierSettings
     served_model_name: str
     queue_size: int = 256
     endpoints: list[EndpointState] = field(default_factory=list)
     _waiters: deque[asyncio.Future[EndpointState]] = field(default_factory=deque)
-
-    @property
-    def name(self) -> str:
-        return self.settings.name
 
     def pick(
         self, exclude: set[EndpointState] | frozenset[EndpointState] = frozenset()
@@ -140,6 +137,7 @@ def build_tiers(
     for index, tier in enumerate(settings.tiers):
         backend = TierBackend(
             index=index,
+            name=tier.name,
             settings=tier,
             served_model_name=tier.served_model_name or settings.model,
             queue_size=resilience.queue_size,

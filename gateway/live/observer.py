@@ -28,6 +28,7 @@ from gateway.observer.vllm_metrics import VllmMetricsSnapshot, parse_vllm_metric
 from gateway.planner.costmodel import CostModel
 from gateway.planner.planner import Planner, PlanningError, Regime, TierConfig, TierPlan
 from gateway.stats import CompletedExchange
+from gateway.tenants.limits import TokenBucket
 
 log = logging.getLogger("tiergate.observer")
 
@@ -138,6 +139,8 @@ class LiveObserver:
         self.observer = settings.observer
         self.enabled = settings.observer.enabled
         self.rate = settings.observer.sample_rate if self.enabled else 0.0
+        cap = settings.observer.max_samples_per_s
+        self._sample_budget = TokenBucket(cap, max(1.0, cap), self.clock)
 
     # -- configuration ---------------------------------------------------------------------
     def configure(self, settings: Settings) -> None:
@@ -181,7 +184,9 @@ class LiveObserver:
 
     # -- ExchangeListener (request path: cheap, never raises) --------------------------------
     def wants_capture(self, tenant: str, tier: int) -> bool:
-        return self.rate > 0.0 and self.rng() < self.rate
+        if self.rate <= 0.0 or self.rng() >= self.rate:
+            return False
+        return self._sample_budget.try_take(1.0) == 0.0
 
     def upstream_started(self, tier: str, tenant: str) -> None:
         if self.enabled:

@@ -137,6 +137,9 @@ def test_regime_plan_and_drift(observed: tuple[Ladder, GatewayThread]) -> None:
             break
         time.sleep(0.3)
     assert view["samples"] == {"processed": 36, "dropped": 0}
+    # Engine counters arrive by scrape (every 0.5 s): let one land after the last request.
+    time.sleep(1.2)
+    view = admin(gw, "/admin/regime")
     tiers = view["tiers"]
     # Shared system prompts: the replay sees prefix sharing, and so does the engine.
     nvfp4 = tiers["nvfp4"]["rho"]
