@@ -130,6 +130,12 @@ class UpstreamResponse:
 
     async def read(self, limit: int) -> bytes:
         """The whole body; raises UpstreamProtocolError when it exceeds `limit` bytes."""
+        if self._complete and self._error is None and self._buffered <= limit:
+            # Usual for JSON answers: the whole body came with the headers.
+            data = b"".join(self._chunks)
+            self._chunks.clear()
+            self._buffered = 0
+            return data
         parts: list[bytes] = []
         size = 0
         async for chunk in self:

@@ -243,17 +243,22 @@ class ProxyService:
         current: list[UpstreamResponse],
     ) -> bool:
         """Tries every available endpoint of each tier in order; True once one served."""
+        run = self._attempter.run
         for tier in tiers:
-            tried: set[EndpointState] = set()
             if tier.saturated:
                 failures.saturated += 1
                 continue
+            tried: set[EndpointState] = set()
             while (endpoint := tier.pick(tried)) is not None:
                 tried.add(endpoint)
-                if await self._try(exchange, tier, endpoint, failures, current):
-                    return True
-                if exchange.channel.disconnected:
-                    return False
+                try:
+                    await run(exchange, tier, endpoint, current)
+                except AttemptFailed as failure:
+                    failures.add(failure)
+                    if exchange.channel.disconnected:
+                        return False
+                    continue
+                return True
         return False
 
     async def _try(
