@@ -154,6 +154,8 @@ def test_ngram_replay_matches_the_engines_acceptance(
         "r_engine": inverse_accepted_per_round(a_obs, K),
         "generated_tokens": gen,
         "drafts": drafts,
+        "accepted": acc,
+        "rounds": gen - acc,
     }
 
     exact = NgramCounts()
@@ -174,6 +176,9 @@ def test_ngram_replay_matches_the_engines_acceptance(
         "mean_acceptance_length": 1 + exact.accepted_tokens / exact.draft_rounds,
         "accept_rate": summary["accept_rate"],
         "r_iid": summary["r_iid"],
+        "drafts": exact.draft_rounds,
+        "accepted": exact.accepted_tokens,
+        "rounds": exact.rounds,
     }
     rounds, draft_rounds, drafted, accepted = after_prefill
     prefill_aware = {
@@ -181,6 +186,8 @@ def test_ngram_replay_matches_the_engines_acceptance(
         "mean_acceptance_length": 1 + accepted / draft_rounds,
         "accept_rate": accepted / drafted,
         "drafts": draft_rounds,
+        "accepted": accepted,
+        "rounds": rounds,
     }
     observed = {
         "A_sim": tier["r"]["A_sim"],
