@@ -1,7 +1,526 @@
-"""Placeholder: filled in by its issue."""
+"""`tiergate router`: train, evaluate and tune the difficulty router (router_models).
+
+```
+tiergate router train    --data FILE [--data FILE ...] --tiers a,b,c --out DIR [--scorer linear|gbdt]
+tiergate router evaluate (--model DIR | --cv K) --data FILE --tiers a,b[,c] [--json] [--plot PNG]
+tiergate router tune     --model DIR --data FILE --alpha 0.95 [--budget B] [--json] [--plot PNG]
+```
+Label files are JSON lines, plain or `.gz` (shared/data/MANIFEST.md). Any malformed input is a
+one-line `error:` on stderr naming the file and line, exit code 2. Progress bars go to stderr,
+so `--json` output on stdout stays clean. scikit-learn, numpy and matplotlib are imported inside
+the commands, so other `tiergate` commands do not pay for them.
+"""
 
 from __future__ import annotations
 
+import json
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+
 import typer
 
-app = typer.Typer(no_args_is_help=True)
+if TYPE_CHECKING:
+    from router_models.data import LabelSet
+    from router_models.frontier import Frontier
+    from router_models.model import RouterModel
+
+__all__ = ["app"]
+
+app = typer.Typer(
+    no_args_is_help=True,
+    help="Train, evaluate and tune the difficulty router.",
+)
+
+DataOpt = Annotated[
+    list[Path],
+    typer.Option("--data", help="Label file (.jsonl or .jsonl.gz); repeat for several."),
+]
+TiersOpt = Annotated[
+    str | None,
+    typer.Option("--tiers", help="Ladder, cheapest first: a,b,c (default: the file's order)."),
+]
+CostsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--costs",
+        help="Relative tier costs a=0.25,b=0.5,c=1 (default: from precision names).",
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+PlotOpt = Annotated[
+    Path | None, typer.Option("--plot", help="Write a PNG of the cost-quality frontiers.")
+]
+AlphaOpt = Annotated[
+    float,
+    typer.Option(
+        "--alpha",
+        help="Accuracy floor as a fraction of the top tier's quality (see --absolute-alpha).",
+    ),
+]
+AbsoluteOpt = Annotated[
+    bool, typer.Option("--absolute-alpha", help="Read --alpha as an absolute quality floor.")
+]
+LabelOpt = Annotated[
+    str, typer.Option("--label", help="relative (tier >= top tier) or absolute (correctness).")
+]
+ScorerOpt = Annotated[str, typer.Option("--scorer", help="linear (default) or gbdt.")]
+ScoreDataOpt = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--score-data",
+        help="Extra label file(s) used only to train the scorer; --data then only calibrates.",
+    ),
+]
+ScoreTiersOpt = Annotated[
+    str | None, typer.Option("--score-tiers", help="Ladder of --score-data (default: its order).")
+]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of every split.")]
+
+
+@app.command()
+def train(
+    data: DataOpt,
+    out: Annotated[Path, typer.Option("--out", help="Model directory to write.")],
+    tiers: TiersOpt = None,
+    scorer: ScorerOpt = "linear",
+    label: LabelOpt = "relative",
+    score_data: ScoreDataOpt = None,
+    score_tiers: ScoreTiersOpt = None,
+    calibration_fraction: Annotated[
+        float, typer.Option("--calibration-fraction", help="Rows held out for calibration.")
+    ] = 0.25,
+    cv: Annotated[
+        int, typer.Option("--cv", help="Also cross-validate K folds for the card (0: skip).")
+    ] = 0,
+    costs: CostsOpt = None,
+    alpha: AlphaOpt = 0.95,
+    seed: SeedOpt = 0,
+    title: Annotated[str | None, typer.Option("--title", help="Model card title.")] = None,
+    notes: Annotated[
+        Path | None, typer.Option("--notes", help="Markdown file appended to the model card.")
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Train a router and write a model directory, its model card and a report."""
+    with _errors():
+        from router_models.card import CardFacts, DataFacts, render_card
+        from router_models.training import TrainConfig, cross_validate, fit_router
+
+        config = TrainConfig(
+            scorer=scorer,
+            label=_label(label),
+            calibration_fraction=calibration_fraction,
+            seed=seed,
+        )
+        _check_scorer(scorer)
+        labels = _load(data, tiers)
+        ladder_costs, cost_source = _costs(labels.tiers, costs)
+        scorer_labels = _load(score_data, score_tiers) if score_data else None
+        with _progress() as step:
+            feats = _featurize(step, labels, config)
+            if scorer_labels is not None:
+                step("training the scorer on --score-data", None)
+            model = fit_router(
+                labels, config, features=feats, scorer_labels=scorer_labels, progress=None
+            )
+            held_out = None
+            if cv:
+                task = step(f"cross-validating {cv} folds", cv)
+                result = cross_validate(
+                    labels, config, cv, features=feats, scorer_labels=scorer_labels,
+                    on_fold=lambda _: task(1),
+                )
+                held_out = _evaluate_doc(result.proba, labels, ladder_costs, cost_source,
+                                         config.label, alpha)
+        data_facts = [_data_facts("calibration" if scorer_labels else "training", labels)]
+        if scorer_labels is not None:
+            data_facts.insert(0, _data_facts("scorer training (requests also in the "
+                                             "calibration data removed)", scorer_labels))
+        report = {
+            "config": config.as_dict(),
+            "tiers": list(labels.tiers),
+            "costs": dict(zip(labels.tiers, ladder_costs, strict=True)),
+            "costs_source": str(cost_source),
+            "data": [_facts_dict(d) for d in data_facts],
+            "model": dict(model.metadata),
+            "cross_validation": held_out,
+        }
+        model = model.with_metadata(
+            costs=report["costs"], costs_source=str(cost_source), data=report["data"],
+            cross_validation=_summary(held_out),
+        )
+        model.save(out)
+        card = render_card(
+            CardFacts(
+                title=title or f"tiergate router: {scorer} over {', '.join(labels.tiers)}",
+                tiers=labels.tiers,
+                costs=ladder_costs,
+                cost_source=str(cost_source),
+                label=config.label,
+                scorer=scorer,
+                scorer_params=model.scorer.get_params(deep=False),
+                data=data_facts,
+                metrics=held_out,
+                metrics_note=f"{cv}-fold cross-validation on the training data." if cv else "",
+                notes=notes.read_text() if notes else "",
+            )
+        )
+        (out / "MODEL_CARD.md").write_text(card)
+        (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+        summary = {"out": str(out), "tiers": list(labels.tiers), "rows": len(labels),
+                   "cross_validation": _summary(held_out)}
+        _emit(summary, json_out, f"wrote {out} ({len(labels)} rows, tiers {labels.tiers})")
+
+
+@app.command()
+def evaluate(
+    data: DataOpt,
+    model: Annotated[Path | None, typer.Option("--model", help="Model directory.")] = None,
+    cv: Annotated[int | None, typer.Option("--cv", help="Train and test by K-fold.")] = None,
+    tiers: TiersOpt = None,
+    scorer: ScorerOpt = "linear",
+    label: LabelOpt = "relative",
+    score_data: ScoreDataOpt = None,
+    score_tiers: ScoreTiersOpt = None,
+    costs: CostsOpt = None,
+    alpha: AlphaOpt = 0.95,
+    seed: SeedOpt = 0,
+    json_out: JsonOpt = False,
+    plot: PlotOpt = None,
+) -> None:
+    """Held-out calibration and routing quality: AUC/ECE/Brier, APGR, CPT, frontiers, pre-test."""
+    with _errors():
+        if (model is None) == (cv is None):
+            _fail("give exactly one of --model DIR or --cv K")
+        labels = _load(data, tiers)
+        ladder_costs, cost_source = _costs(labels.tiers, costs)
+        if model is not None:
+            router = _load_model(model, labels.tiers)
+            with _progress() as step:
+                feats = _featurize(step, labels, None, router)
+            proba = router.calibration.predict_proba(router.scorer.score(feats))
+            used_label = router.label
+        else:
+            from router_models.training import TrainConfig, cross_validate
+
+            assert cv is not None
+            _check_scorer(scorer)
+            config = TrainConfig(scorer=scorer, label=_label(label), seed=seed)
+            scorer_labels = _load(score_data, score_tiers) if score_data else None
+            with _progress() as step:
+                feats = _featurize(step, labels, config)
+                task = step(f"cross-validating {cv} folds", cv)
+                proba = cross_validate(
+                    labels, config, cv, features=feats, scorer_labels=scorer_labels,
+                    on_fold=lambda _: task(1),
+                ).proba
+            used_label = config.label
+        doc = _evaluate_doc(proba, labels, ladder_costs, cost_source, used_label, alpha)
+        if plot is not None:
+            _plot_from_doc(doc, plot)
+        _emit(doc, json_out, _evaluate_text(doc))
+
+
+@app.command()
+def tune(
+    model: Annotated[Path, typer.Option("--model", help="Model directory.")],
+    data: DataOpt,
+    alpha: Annotated[
+        float | None, typer.Option("--alpha", help="Floor as a fraction of the top tier's quality.")
+    ] = None,
+    budget: Annotated[
+        float | None, typer.Option("--budget", help="Mean relative cost per request at most B.")
+    ] = None,
+    absolute_alpha: AbsoluteOpt = False,
+    tiers: TiersOpt = None,
+    costs: CostsOpt = None,
+    min_saving: Annotated[
+        float, typer.Option("--min-saving", help="Least saving (share of baseline cost) to route.")
+    ] = 0.02,
+    json_out: JsonOpt = False,
+    plot: PlotOpt = None,
+) -> None:
+    """Thresholds for an accuracy floor (and/or budget) on validation labels, with frontiers."""
+    with _errors():
+        from router_models.frontier import routed_frontier, static_frontier, thin, uniform_points
+        from router_models.thresholds import tune as tune_thresholds
+
+        if alpha is None and budget is None:
+            _fail("give --alpha, --budget or both")
+        labels = _load(data, tiers)
+        ladder_costs, cost_source = _costs(labels.tiers, costs)
+        router = _load_model(model, labels.tiers)
+        with _progress() as step:
+            feats = _featurize(step, labels, None, router)
+        proba = router.calibration.predict_proba(router.scorer.score(feats))
+        complete = ~_any_nan(labels.correct)
+        p, c = proba[complete], labels.correct[complete]
+        result = tune_thresholds(
+            p, c, ladder_costs, alpha=alpha, budget=budget, relative=not absolute_alpha,
+            min_saving=min_saving,
+        )
+        front = routed_frontier(p, c, ladder_costs)
+        static = static_frontier(c, ladder_costs)
+        doc = {
+            "n": int(complete.sum()),
+            "tiers": list(labels.tiers),
+            "model_tiers": list(router.tiers),
+            "costs": dict(zip(labels.tiers, ladder_costs, strict=True)),
+            "costs_source": str(cost_source),
+            "alpha": alpha,
+            "absolute_alpha": absolute_alpha,
+            **result.as_dict(labels.tiers),
+            "frontier": thin(front).points(),
+            "static_frontier": static.points(),
+            "uniform": [
+                {"tier": labels.tiers[u.tier], "quality": u.quality, "cost": u.cost}
+                for u in uniform_points(c, ladder_costs)
+            ],
+        }
+        if plot is not None:
+            _plot(plot, front, static, doc, labels.tiers)
+        _emit(doc, json_out, _tune_text(doc))
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    """Known failures become one `error:` line and exit code 2, never a traceback."""
+    from router_models.errors import RouterError
+
+    try:
+        yield
+    except (RouterError, ValueError, OSError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+def _fail(message: str) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def _label(text: str) -> Any:
+    from router_models.labels import LABELS
+
+    if text not in LABELS:
+        _fail(f"--label must be one of {', '.join(LABELS)}, got {text!r}")
+    return text
+
+
+def _check_scorer(name: str) -> None:
+    from router_models.scorers import SCORERS
+
+    if name not in SCORERS:
+        _fail(f"--scorer must be one of {', '.join(SCORERS)}, got {name!r}")
+
+
+def _load(paths: Sequence[Path] | None, tiers: str | None) -> LabelSet:
+    from router_models.data import load_labels, parse_tiers
+
+    if not paths:
+        _fail("give at least one --data FILE")
+    ladder = parse_tiers(tiers) if tiers else None
+    return load_labels(paths, ladder)
+
+
+def _costs(tiers: Sequence[str], text: str | None) -> tuple[tuple[float, ...], str]:
+    from router_models.costs import CostSource, resolve_costs
+
+    costs, source = resolve_costs(tiers, text)
+    if source is CostSource.LADDER_DEFAULT:
+        typer.echo(
+            f"note: tier names {', '.join(tiers)} are not precisions; using the ladder default "
+            f"costs {', '.join(f'{c:g}' for c in costs)} (pass --costs to set them)",
+            err=True,
+        )
+    return costs, str(source)
+
+
+def _load_model(path: Path, tiers: Sequence[str]) -> RouterModel:
+    from router_models.errors import TierError
+    from router_models.model import RouterModel
+
+    router = RouterModel.load(path)
+    if len(router.tiers) != len(tiers):
+        raise TierError(
+            f"model {path} has {len(router.tiers)} tiers ({', '.join(router.tiers)}), "
+            f"the data ladder has {len(tiers)} ({', '.join(tiers)})"
+        )
+    if tuple(router.tiers) != tuple(tiers):
+        typer.echo(
+            f"note: model tiers {', '.join(router.tiers)} are matched to data tiers "
+            f"{', '.join(tiers)} by position",
+            err=True,
+        )
+    return router
+
+
+@contextmanager
+def _progress() -> Iterator[Callable[[str, int | None], Callable[[int], None]]]:
+    """`step(description, total)` adds a task and returns its `advance(k)` callback."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=not console.is_terminal,
+    ) as progress:
+
+        def step(description: str, total: int | None) -> Callable[[int], None]:
+            task = progress.add_task(description, total=total)
+            return lambda k: progress.advance(task, k)
+
+        yield step
+
+
+def _featurize(
+    step: Callable[[str, int | None], Callable[[int], None]],
+    labels: LabelSet,
+    config: Any,
+    router: RouterModel | None = None,
+) -> Any:
+    from router_models.vectorize import featurize
+
+    advance = step("features", len(labels))
+    spec = router.spec if router is not None else config.spec
+    return featurize(labels.requests, spec, advance)
+
+
+def _any_nan(array: Any) -> Any:
+    import numpy as np
+
+    return np.isnan(array).any(axis=1)
+
+
+def _evaluate_doc(
+    proba: Any, labels: LabelSet, costs: Sequence[float], cost_source: str, label: Any, alpha: float
+) -> dict[str, Any]:
+    from router_models.evaluation import evaluate as evaluate_proba
+
+    doc = evaluate_proba(
+        proba, labels.correct, labels.tiers, costs, label=label, alpha=alpha,
+        cost_source=cost_source,
+    )
+    doc["data"] = {"files": dict(labels.files), "sources": dict(labels.sources)}
+    return doc
+
+
+def _summary(doc: dict[str, Any] | None) -> dict[str, Any] | None:
+    if doc is None:
+        return None
+    keys = ("n", "apgr", "cpt50", "cpt80", "per_tier", "uniform_baseline", "pretest")
+    return {k: doc[k] for k in keys}
+
+
+def _data_facts(role: str, labels: LabelSet) -> Any:
+    from router_models.card import DataFacts
+
+    return DataFacts(role, dict(labels.files), dict(labels.sources), labels.tiers, len(labels))
+
+
+def _facts_dict(facts: Any) -> dict[str, Any]:
+    return {
+        "role": facts.role,
+        "files": dict(facts.files),
+        "sources": dict(facts.sources),
+        "tiers": list(facts.tiers),
+        "rows": facts.rows_used,
+    }
+
+
+def _emit(doc: dict[str, Any], json_out: bool, text: str) -> None:
+    if json_out:
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        typer.echo(text)
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.4f}" if isinstance(value, float) else str(value)
+
+
+def _evaluate_text(doc: dict[str, Any]) -> str:
+    lines = [f"rows {doc['n']}, tiers {', '.join(doc['tiers'])} (costs {doc['costs_source']})"]
+    for tier, m in doc["per_tier"].items():
+        lines.append(
+            f"  {tier}: auc {_fmt(m['auc'])}  ece {_fmt(m['ece'])}  brier {_fmt(m['brier'])}"
+        )
+    lines.append(
+        f"APGR {_fmt(doc['apgr'])}  CPT(50%) {_fmt(doc['cpt50'])}  CPT(80%) {_fmt(doc['cpt80'])}"
+    )
+    base = doc["uniform_baseline"]
+    lines.append(
+        f"uniform baseline at alpha={doc['alpha']}: {base['tier']} "
+        f"(quality {_fmt(base['quality'])}, cost {_fmt(base['cost'])})"
+    )
+    lines.append(f"pre-test: {doc['pretest']['message']}")
+    return "\n".join(lines)
+
+
+def _tune_text(doc: dict[str, Any]) -> str:
+    thresholds = ", ".join(f"{t}={v:.4f}" for t, v in doc["thresholds"].items())
+    return "\n".join(
+        [
+            f"thresholds: {thresholds}",
+            f"expected cost {_fmt(doc['expected_cost'])}, quality {_fmt(doc['expected_quality'])}",
+            doc["message"],
+        ]
+    )
+
+
+def _plot_from_doc(doc: dict[str, Any], path: Path) -> None:
+    import numpy as np
+
+    from router_models.frontier import Frontier
+
+    def frontier(points: list[dict[str, float]]) -> Frontier:
+        cost = np.array([p["cost"] for p in points])
+        quality = np.array([p["quality"] for p in points])
+        return Frontier(cost, quality, np.full(cost.shape, np.nan))
+
+    _plot(path, frontier(doc["frontier"]), frontier(doc["static_frontier"]), doc, doc["tiers"])
+
+
+def _plot(
+    path: Path, routed: Frontier, static: Frontier, doc: dict[str, Any], tiers: Sequence[str]
+) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    ax.plot(routed.cost, routed.quality, label="routed (one multiplier)", lw=1.6)
+    ax.plot(static.cost, static.quality, "--", label="static random split", lw=1.2)
+    uniform = doc.get("uniform") or []
+    if uniform:
+        ax.scatter([u["cost"] for u in uniform], [u["quality"] for u in uniform], color="k",
+                   zorder=3, label="uniform tiers")
+        for u in uniform:
+            ax.annotate(u["tier"], (u["cost"], u["quality"]), textcoords="offset points",
+                        xytext=(4, -10), fontsize=8)
+    floor = doc.get("quality_floor")
+    if floor is not None:
+        ax.axhline(floor, color="grey", lw=0.8, ls=":", label="quality floor")
+    if "expected_cost" in doc:
+        ax.scatter([doc["expected_cost"]], [doc["expected_quality"]], marker="*", s=140,
+                   color="tab:red", zorder=4, label="tuned thresholds")
+    ax.set_xlabel("mean relative cost per request")
+    ax.set_ylabel("quality (mean score)")
+    ax.set_title(f"cost-quality frontiers: {', '.join(tiers)}")
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

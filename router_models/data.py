@@ -1,0 +1,179 @@
+"""Label files: one JSON object per line, plain or gzip-compressed (see shared/data/MANIFEST.md).
+
+```
+{"id": "...", "messages": [...] | "prompt": ..., "correct": {"<tier>": score in [0,1] | null, ...},
+ "source": "..."}
+```
+The request the router sees is the row's `request` object when present, else the row without
+its label fields (`id`, `correct`, `source`). A `null` score means "no label for this tier" and
+becomes NaN. Every problem is reported as a `LabelDataError` naming the file and the line.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import zlib
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from router_models.errors import LabelDataError
+
+__all__ = ["LABEL_FIELDS", "LabelSet", "load_labels", "parse_tiers"]
+
+# Row keys that carry labels rather than request content.
+LABEL_FIELDS = frozenset({"id", "correct", "source"})
+
+
+@dataclass(frozen=True)
+class LabelSet:
+    """Requests with per-tier scores; `correct[i, k]` is request i's score at tier k (NaN: none)."""
+
+    tiers: tuple[str, ...]
+    requests: tuple[Mapping[str, Any], ...]
+    correct: NDArray[np.float64]
+    ids: tuple[str, ...]
+    sources: Mapping[str, int] = field(default_factory=dict)
+    files: Mapping[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.correct.shape != (len(self.requests), len(self.tiers)):
+            raise ValueError("correct must have shape (len(requests), len(tiers))")
+        if len(self.ids) != len(self.requests):
+            raise ValueError("ids and requests differ in length")
+
+    def __len__(self) -> int:
+        return len(self.requests)
+
+    def subset(self, index: Sequence[int] | NDArray[np.intp]) -> LabelSet:
+        """Rows `index`, in that order (sources and files describe the whole set)."""
+        idx = np.asarray(index, dtype=np.intp)
+        return LabelSet(
+            tiers=self.tiers,
+            requests=tuple(self.requests[i] for i in idx),
+            correct=self.correct[idx],
+            ids=tuple(self.ids[i] for i in idx),
+            sources=self.sources,
+            files=self.files,
+        )
+
+
+def parse_tiers(text: str) -> tuple[str, ...]:
+    """`"a,b,c"` -> `("a", "b", "c")`; at least two distinct, non-empty names."""
+    tiers = tuple(t.strip() for t in text.split(","))
+    if len(tiers) < 2 or any(not t for t in tiers):
+        raise ValueError(f"need at least two comma-separated tier names, got {text!r}")
+    if len(set(tiers)) != len(tiers):
+        raise ValueError(f"tier names repeat in {text!r}")
+    return tiers
+
+
+def load_labels(paths: Sequence[str | Path], tiers: Sequence[str] | None = None) -> LabelSet:
+    """Read and validate label files into one `LabelSet` over `tiers` (default: the first row's)."""
+    if not paths:
+        raise ValueError("no label files given")
+    ladder: tuple[str, ...] | None = tuple(tiers) if tiers is not None else None
+    requests: list[Mapping[str, Any]] = []
+    ids: list[str] = []
+    scores: list[list[float]] = []
+    sources: Counter[str] = Counter()
+    files: dict[str, int] = {}
+    for path in paths:
+        name = str(path)
+        before = len(requests)
+        for line_no, row in _rows(Path(path)):
+            if ladder is None:
+                ladder = _ladder_from_row(name, line_no, row)
+            request, row_scores = _parse_row(name, line_no, row, ladder)
+            requests.append(request)
+            scores.append(row_scores)
+            ids.append(str(row.get("id", f"{Path(name).name}:{line_no}")))
+            sources[str(row.get("source", "unknown"))] += 1
+        if len(requests) == before:
+            raise LabelDataError(name, "no label rows (empty file)")
+        files[name] = len(requests) - before
+    assert ladder is not None  # at least one row was read
+    correct = np.asarray(scores, dtype=np.float64).reshape(len(requests), len(ladder))
+    return LabelSet(ladder, tuple(requests), correct, tuple(ids), dict(sources), files)
+
+
+def _rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    name = str(path)
+    if not path.is_file():
+        raise LabelDataError(name, "no such file")
+    opener = gzip.open if path.name.endswith(".gz") else open
+    line_no = 0
+    try:
+        with opener(path, "rt", encoding="utf-8") as handle:
+            for line_no, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise LabelDataError(name, f"invalid JSON ({exc.msg})", line_no) from None
+                if not isinstance(row, dict):
+                    raise LabelDataError(name, "a row must be a JSON object", line_no)
+                yield line_no, row
+    except (OSError, EOFError, UnicodeDecodeError, zlib.error) as exc:
+        raise LabelDataError(name, f"cannot read: {exc}", line_no + 1) from None
+
+
+def _ladder_from_row(name: str, line_no: int, row: Mapping[str, Any]) -> tuple[str, ...]:
+    correct = row.get("correct")
+    if not isinstance(correct, dict) or len(correct) < 2:
+        raise LabelDataError(name, "'correct' must map at least two tiers to scores", line_no)
+    return tuple(str(t) for t in correct)
+
+
+def _parse_row(
+    name: str, line_no: int, row: Mapping[str, Any], ladder: Sequence[str]
+) -> tuple[Mapping[str, Any], list[float]]:
+    correct = row.get("correct")
+    if not isinstance(correct, dict):
+        raise LabelDataError(name, "missing 'correct' object", line_no)
+    missing = [t for t in ladder if t not in correct]
+    if missing:
+        have = ", ".join(map(str, correct)) or "none"
+        raise LabelDataError(
+            name, f"tier(s) {', '.join(missing)} missing from 'correct' (has: {have})", line_no
+        )
+    row_scores = [_score(name, line_no, tier, correct[tier]) for tier in ladder]
+    request = row["request"] if isinstance(row.get("request"), dict) else row
+    if "request" in row and not isinstance(row["request"], dict):
+        raise LabelDataError(name, "'request' must be a JSON object", line_no)
+    _check_request(name, line_no, request)
+    if request is row:
+        request = {k: v for k, v in row.items() if k not in LABEL_FIELDS}
+    return request, row_scores
+
+
+def _score(name: str, line_no: int, tier: str, value: Any) -> float:
+    if value is None:
+        return math.nan
+    if not isinstance(value, int | float):
+        raise LabelDataError(name, f"score for tier {tier!r} is not a number: {value!r}", line_no)
+    score = float(value)
+    if not 0.0 <= score <= 1.0:  # also rejects NaN
+        raise LabelDataError(name, f"score for tier {tier!r} is outside [0, 1]: {value!r}", line_no)
+    return score
+
+
+def _check_request(name: str, line_no: int, request: Mapping[str, Any]) -> None:
+    messages = request.get("messages")
+    prompt = request.get("prompt")
+    if messages is None and prompt is None:
+        raise LabelDataError(name, "row has neither 'messages' nor 'prompt'", line_no)
+    if messages is not None and (
+        not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages)
+    ):
+        raise LabelDataError(name, "'messages' must be a list of objects", line_no)
+    if prompt is not None and not isinstance(prompt, str | list):
+        raise LabelDataError(name, "'prompt' must be a string or a list", line_no)

@@ -1,0 +1,169 @@
+"""Dense surface features of one request: sizes, structure, task cues, sampling parameters.
+
+Pure functions of the `RequestView` and the word tokens of the last user turn; no model calls.
+The multiple-choice block (`A. ...` lines, as in MMLU and most exam-style prompts) gets its own
+features because option lengths, digits and compound options ("Both A and B", "True, False")
+carry difficulty that a bag of words misses. Everything here runs on the routing hot path, so
+counts use C-level string methods (`str.count`, `str.translate`) and set intersections with
+the request's distinct words rather than one regular expression per feature.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any, Final
+
+from router_models.ngrams import clip_text, tokens
+from router_models.request import RequestView, view_request
+
+__all__ = ["DENSE_NAMES", "TASK_CUES", "dense_features", "dense_features_of"]
+
+_NEGATIONS: Final = frozenset("not except least false incorrect never cannot untrue".split())
+# Counted with one str.count per character: a C scan each, faster than a regex or translate.
+_MATH_CHARS: Final = "=+^*/<>|\\$"
+_DIGITS: Final = "0123456789"
+_OPTION_MARKERS: Final = ("\nA. ", "\nA) ", "\n(A) ")
+
+# Words that name a kind of task; the router counts how many of each kind a prompt uses.
+TASK_CUES: Final[Mapping[str, frozenset[str]]] = {
+    "code": frozenset(
+        "implement refactor debug function class compile python java javascript code bug "
+        "regex sql api script program algorithm".split()
+    ),
+    "proof": frozenset("prove proof theorem lemma derive integral derivative".split()),
+    "transform": frozenset(
+        "translate summarise summarize rewrite paraphrase format convert extract".split()
+    ),
+    "explain": frozenset("explain why describe compare discuss analyze analyse".split()),
+    "compute": frozenset("calculate compute solve evaluate estimate find".split()),
+    "recall": frozenset("who when where which what name".split()),
+}
+_CUE_KIND: Final[Mapping[str, int]] = {
+    word: kind for kind, cue in enumerate(TASK_CUES.values()) for word in cue
+}
+_CUE_WORDS: Final = frozenset(_CUE_KIND)
+
+DENSE_NAMES: Final[tuple[str, ...]] = (
+    "log_prompt_tokens",
+    "log_turn_chars",
+    "log_stem_chars",
+    "log_system_chars",
+    "n_messages",
+    "n_user",
+    "n_assistant",
+    "log_tool_calls",
+    "log_media_parts",
+    "has_tools",
+    "has_response_format",
+    "log_max_tokens",
+    "max_tokens_absent",
+    "temperature",
+    "n_choices",
+    "is_chat",
+    "code_fences",
+    "math_chars_per_100",
+    "digits_in_stem",
+    "digits_in_options",
+    "negations",
+    "shouted_negation",
+    "question_marks",
+    "lines",
+    "quotes",
+    "blanks",
+    "n_options",
+    "option_chars_mean",
+    "option_chars_max",
+    "option_chars_spread",
+    "compound_options",
+    "statement_pair",
+    "scenario_pair",
+    "passage",
+    "distinct_word_share",
+    "chars_per_word",
+    *(f"cue_{kind}" for kind in TASK_CUES),
+)
+
+
+def dense_features_of(request: Mapping[str, Any]) -> list[float]:
+    """Dense features straight from an OpenAI request body."""
+    view = view_request(request)
+    return dense_features(view, tokens(view.text))
+
+
+def dense_features(
+    view: RequestView, words: Sequence[str], distinct: Collection[str] | None = None
+) -> list[float]:
+    """`len(DENSE_NAMES)` floats. `words` are `ngrams.tokens(view.text)`; `distinct`, the
+    same words without repeats (a dict or set), saves recomputing them when the caller has them.
+    """
+    if distinct is None:
+        distinct = dict.fromkeys(words)
+    text = clip_text(view.text)
+    first_option = _first_option_at(text)
+    if first_option >= 0:
+        stem, block = text[:first_option], text[first_option:]
+        option_chars = [len(line) - 3 for line in block.split("\n") if line[1:3] in (". ", ") ")]
+    else:
+        stem, block, option_chars = text, "", []
+    n_options = len(option_chars)
+    mean_option = sum(option_chars) / n_options if n_options else 0.0
+    max_option = max(option_chars) if n_options else 0
+    spread = (max_option - min(option_chars)) / (mean_option + 1.0) if n_options else 0.0
+    cues = [0.0] * len(TASK_CUES)
+    for word in _CUE_WORDS.intersection(distinct):
+        cues[_CUE_KIND[word]] += 1.0
+    n_words = len(words)
+    n_text = len(text)
+    max_tokens = view.max_tokens
+    temperature = view.temperature
+    return [
+        math.log1p(view.prompt_tokens),
+        math.log1p(len(view.text)),
+        math.log1p(len(stem)),
+        math.log1p(len(view.system_text)),
+        float(view.n_messages),
+        float(view.n_user),
+        float(view.n_assistant),
+        math.log1p(view.n_tool),
+        math.log1p(view.n_media),
+        float(view.has_tools),
+        float(view.has_response_format),
+        0.0 if max_tokens != max_tokens else math.log1p(max(max_tokens, 0.0)),
+        1.0 if max_tokens != max_tokens else 0.0,
+        1.0 if temperature != temperature else temperature,
+        float(view.n_choices),
+        float(view.is_chat),
+        float(text.count("```") // 2),
+        100.0 * sum(map(text.count, _MATH_CHARS)) / (n_text + 1.0),
+        float(sum(map(stem.count, _DIGITS))),
+        float(sum(map(block.count, _DIGITS))),
+        float(len(_NEGATIONS.intersection(distinct))),
+        float("EXCEPT" in stem or " NOT " in stem),
+        float(stem.count("?")),
+        float(text.count("\n")),
+        float(stem.count('"')),
+        float(stem.count("___")),
+        float(n_options),
+        math.log1p(mean_option),
+        math.log1p(max_option),
+        spread,
+        float(block.count(", ") + block.count(" and ") + block.count("of the above")),
+        float("Statement 1" in text),
+        float("Scenario 1" in text),
+        float(len(stem) > 600 or "refers to the following" in stem),
+        len(distinct) / n_words if n_words else 0.0,
+        n_text / n_words if n_words else 0.0,
+        *cues,
+    ]
+
+
+def _first_option_at(text: str) -> int:
+    """Offset of the first `A. ` option line, or -1 when the prompt is not multiple choice."""
+    if text.startswith(("A. ", "A) ")):
+        return 0
+    for marker in _OPTION_MARKERS:
+        at = text.find(marker)
+        if at >= 0:
+            return at + 1
+    return -1

@@ -1,0 +1,182 @@
+"""Cost-quality frontiers on labelled data: routed (one Lagrange multiplier), static and uniform.
+
+Quality is the mean score of the tier each request is sent to; cost the mean relative cost.
+
+Routed frontier. For a price `lam` of one unit of cost in quality units, the thresholds are
+`t_k = 1 - lam * (c_top - c_k)`: tier k is accepted when its calibrated risk of being worse
+than the top tier, `1 - p_k`, is at most `lam` times the cost it saves; the request goes to the
+cheapest accepted tier (`policy.decide`). Tier k becomes acceptable for request i once
+`lam >= mu_ik = (1 - p_ik) / (c_top - c_k)`, so sweeping `lam` from 0 (everything on the top
+tier) to infinity (everything on the cheapest) changes a request's tier only at its `mu_ik`.
+Sorting those K-1 events per request gives the exact frontier in O(nK log nK): one point per
+distinct `lam` (requests with equal probabilities move together, so ties are one step).
+
+Static frontier: a fixed random share of traffic per tier, blind to the request; the upper
+concave hull of the uniform points (cost_k, quality_k), flat from its best point up to the top
+tier's cost when a cheaper tier scores best. Paper A: the routed frontier is never
+below it when the probabilities rank requests correctly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+__all__ = [
+    "Frontier",
+    "UniformPoint",
+    "routed_frontier",
+    "static_frontier",
+    "thin",
+    "thresholds_for",
+    "uniform_points",
+]
+
+
+@dataclass(frozen=True)
+class Frontier:
+    """Points ordered by increasing cost; `lam` is the multiplier that produces each point."""
+
+    cost: NDArray[np.float64]
+    quality: NDArray[np.float64]
+    lam: NDArray[np.float64]
+
+    def points(self) -> list[dict[str, float]]:
+        return [
+            {"cost": float(c), "quality": float(q)}
+            for c, q in zip(self.cost, self.quality, strict=True)
+        ]
+
+    def cost_at(self, quality: float) -> float:
+        """Least cost on the piecewise-linear frontier reaching `quality` (inf if none)."""
+        ok = np.flatnonzero(self.quality >= quality)
+        if ok.size == 0:
+            return float("inf")
+        first = int(ok[0])
+        if first == 0:
+            return float(self.cost[0])
+        c0, c1 = self.cost[first - 1], self.cost[first]
+        q0, q1 = self.quality[first - 1], self.quality[first]
+        return float(c0 + (c1 - c0) * (quality - q0) / (q1 - q0))
+
+
+@dataclass(frozen=True)
+class UniformPoint:
+    """Everything on one tier."""
+
+    tier: int
+    cost: float
+    quality: float
+
+
+def thresholds_for(lam: float, costs: Sequence[float]) -> tuple[float, ...]:
+    """The K-1 thresholds of multiplier `lam`, clipped to [0, 1].
+
+    A request whose probability sits exactly on a threshold is accepted at that `lam` in the
+    sweep; the thresholds are nudged down by 1e-12 so rounding in `1 - lam * gap` cannot undo it.
+    """
+    top = costs[-1]
+    nudge = 1e-12 if lam > 0 else 0.0
+    return tuple(min(1.0, max(0.0, 1.0 - lam * (top - c) - nudge)) for c in costs[:-1])
+
+
+def uniform_points(correct: ArrayLike, costs: Sequence[float]) -> list[UniformPoint]:
+    c = _complete(correct, costs)
+    quality = c.mean(axis=0)
+    return [UniformPoint(k, float(costs[k]), float(quality[k])) for k in range(len(costs))]
+
+
+def static_frontier(correct: ArrayLike, costs: Sequence[float]) -> Frontier:
+    """Upper concave hull of the uniform points, from the cheapest tier up."""
+    pts = uniform_points(correct, costs)
+    hull: list[UniformPoint] = [pts[0]]
+    for p in pts[1:]:
+        if p.quality <= hull[-1].quality:
+            continue  # dearer and no better: never worth mixing in
+        while len(hull) >= 2 and _slope(hull[-2], hull[-1]) <= _slope(hull[-2], p):
+            hull.pop()
+        hull.append(p)
+    if hull[-1].cost < pts[-1].cost:
+        # Spending more never has to buy less: the frontier stays flat up to the top tier's cost.
+        hull.append(UniformPoint(hull[-1].tier, pts[-1].cost, hull[-1].quality))
+    return Frontier(
+        cost=np.array([p.cost for p in hull]),
+        quality=np.array([p.quality for p in hull]),
+        lam=np.full(len(hull), np.nan),
+    )
+
+
+def routed_frontier(proba: ArrayLike, correct: ArrayLike, costs: Sequence[float]) -> Frontier:
+    """The exact frontier of the one-multiplier threshold family (module doc)."""
+    c = _complete(correct, costs)
+    p = np.asarray(proba, dtype=np.float64)
+    n, k_tiers = c.shape
+    if p.shape != c.shape:
+        raise ValueError(f"proba has shape {p.shape}, correct {c.shape}")
+    cost = np.asarray(costs, dtype=np.float64)
+    gap = cost[-1] - cost[:-1]
+    mu = (1.0 - p[:, :-1]) / gap  # (n, K-1): multiplier at which tier k becomes acceptable
+    rows = np.repeat(np.arange(n), k_tiers - 1)
+    tiers = np.tile(np.arange(k_tiers - 1), n)
+    flat = mu.reshape(-1)
+    order = np.argsort(flat, kind="stable")
+    rows, tiers, flat = rows[order], tiers[order], flat[order]
+    current = np.full(n, k_tiers - 1)
+    total_cost = float(cost[-1]) * n
+    total_quality = float(c[:, -1].sum())
+    out_cost = [total_cost / n]
+    out_quality = [total_quality / n]
+    out_lam = [0.0]
+    # Python loop over events, grouped by equal multiplier; n(K-1) events.
+    i = 0
+    m = flat.shape[0]
+    while i < m:
+        j = i
+        lam = flat[i]
+        while j < m and flat[j] == lam:
+            r, t = rows[j], tiers[j]
+            was = current[r]
+            if t < was:
+                total_cost += cost[t] - cost[was]
+                total_quality += c[r, t] - c[r, was]
+                current[r] = t
+            j += 1
+        out_cost.append(total_cost / n)
+        out_quality.append(total_quality / n)
+        out_lam.append(float(lam))
+        i = j
+    # Ascending cost: reverse the sweep (it ran from the top tier down).
+    return Frontier(
+        cost=np.asarray(out_cost[::-1]),
+        quality=np.asarray(out_quality[::-1]),
+        lam=np.asarray(out_lam[::-1]),
+    )
+
+
+def thin(frontier: Frontier, max_points: int = 101) -> Frontier:
+    """At most `max_points` points, evenly spread over cost, always keeping both ends."""
+    n = frontier.cost.shape[0]
+    if n <= max_points:
+        return frontier
+    grid = np.linspace(frontier.cost[0], frontier.cost[-1], max_points)
+    idx = np.unique(np.clip(np.searchsorted(frontier.cost, grid), 0, n - 1))
+    idx = np.unique(np.r_[0, idx, n - 1])
+    return Frontier(frontier.cost[idx], frontier.quality[idx], frontier.lam[idx])
+
+
+def _complete(correct: ArrayLike, costs: Sequence[float]) -> NDArray[np.float64]:
+    c = np.asarray(correct, dtype=np.float64)
+    if c.ndim != 2 or c.shape[1] != len(costs):
+        raise ValueError(f"correct must have shape (n, {len(costs)})")
+    if c.shape[0] == 0:
+        raise ValueError("no rows")
+    if np.isnan(c).any():
+        raise ValueError("frontiers need every tier's score on every row (found NaN)")
+    return c
+
+
+def _slope(a: UniformPoint, b: UniformPoint) -> float:
+    return (b.quality - a.quality) / (b.cost - a.cost)

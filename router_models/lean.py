@@ -1,0 +1,225 @@
+"""The one-request path: a fitted scorer's weights as plain floats, dicts and lists.
+
+scikit-learn's per-call overhead (input validation, array allocation) is about 100 us, twice the
+whole routing budget, so one request never touches an estimator. The linear part keeps bounded
+caches from a word (or word pair) to its total weight, so a warm request costs one dict lookup
+per distinct word and pair; dense features go through `bisect` on the bin edges; trees are
+walked on flat lists. Every number equals the batch path's to floating-point rounding.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections.abc import Mapping, Sequence
+from typing import Final, Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+from router_models.ngrams import GramSpec, bigram_key, char_grams, gram_bucket
+from router_models.vectorize import BIGRAM_SALT, CHAR_SALT, WORD_SALT
+
+__all__ = ["CACHE_LIMIT", "LeanLinear", "LeanScorer", "LeanTrees", "TreeArrays"]
+
+# Entries per cache before it is emptied: bounds memory under adversarial vocabularies.
+CACHE_LIMIT: Final = 1 << 17
+
+
+class LeanScorer(Protocol):
+    """Difficulty score of one request from its word tokens and dense features.
+
+    `distinct` is `dict.fromkeys(words)`: the caller builds it once for features and scorer.
+    """
+
+    def score(
+        self, words: Sequence[str], distinct: Mapping[str, None], dense: Sequence[float]
+    ) -> float: ...
+
+
+class LeanLinear:
+    """`intercept + grams . coef + sum of per-bin weights`, one request at a time."""
+
+    def __init__(
+        self,
+        spec: GramSpec,
+        gram_coef: NDArray[np.float64],
+        intercept: float,
+        bin_edges: Sequence[NDArray[np.float64]],
+        bin_coef: Sequence[NDArray[np.float64]],
+    ) -> None:
+        self._spec = spec
+        self._mask = spec.n_buckets - 1
+        self._coef = gram_coef
+        self._intercept = float(intercept)
+        # Only features with at least one edge can change the score.
+        self._bins: list[tuple[int, list[float], list[float]]] = [
+            (j, edges.tolist(), weights.tolist())
+            for j, (edges, weights) in enumerate(zip(bin_edges, bin_coef, strict=True))
+            if edges.size
+        ]
+        self._constant = sum(
+            float(weights[0])
+            for edges, weights in zip(bin_edges, bin_coef, strict=True)
+            if not edges.size
+        )
+        self._words: dict[str, float] = {}
+        self._pairs: dict[tuple[str, str], float] = {}
+
+    def score(
+        self, words: Sequence[str], distinct: Mapping[str, None], dense: Sequence[float]
+    ) -> float:
+        total = self._intercept + self._constant + self.text_score(words, distinct)
+        for j, edges, weights in self._bins:
+            total += weights[bisect_right(edges, dense[j])]
+        return total
+
+    def offset(self) -> float:
+        """The score of a request with no words and all-zero bins (intercept + constants)."""
+        return self._intercept + self._constant
+
+    def text_score(
+        self, words: Sequence[str], distinct: Mapping[str, None] | None = None
+    ) -> float:
+        """The hashed-gram part of the score."""
+        if distinct is None:
+            distinct = dict.fromkeys(words)
+        if not distinct:
+            return 0.0
+        cache = self._words
+        try:
+            total = sum(map(cache.__getitem__, distinct))
+        except KeyError:
+            total = sum(self._word(w) for w in distinct)
+        if self._spec.bigram_weight:
+            pairs = dict.fromkeys(zip(words, words[1:], strict=False))
+            pair_cache = self._pairs
+            try:
+                total += sum(map(pair_cache.__getitem__, pairs))
+            except KeyError:
+                total += sum(self._pair(p) for p in pairs)
+        return total / math.sqrt(len(distinct))
+
+    def _word(self, word: str) -> float:
+        found = self._words.get(word)
+        if found is None:
+            spec, coef, mask = self._spec, self._coef, self._mask
+            chars = sum(
+                float(coef[gram_bucket(g, CHAR_SALT, mask)])
+                for g in char_grams(word, spec.char_min, spec.char_max)
+            )
+            found = spec.word_weight * float(coef[gram_bucket(word, WORD_SALT, mask)])
+            found += spec.char_weight * chars
+            if len(self._words) >= CACHE_LIMIT:
+                self._words.clear()
+            self._words[word] = found
+        return found
+
+    def _pair(self, pair: tuple[str, str]) -> float:
+        found = self._pairs.get(pair)
+        if found is None:
+            bucket = gram_bucket(bigram_key(*pair), BIGRAM_SALT, self._mask)
+            found = self._spec.bigram_weight * float(self._coef[bucket])
+            if len(self._pairs) >= CACHE_LIMIT:
+                self._pairs.clear()
+            self._pairs[pair] = found
+        return found
+
+
+class TreeArrays:
+    """Boosted trees flattened into parallel arrays (every tree's nodes back to back)."""
+
+    def __init__(
+        self,
+        roots: NDArray[np.int64],
+        feature: NDArray[np.int64],
+        threshold: NDArray[np.float64],
+        left: NDArray[np.int64],
+        right: NDArray[np.int64],
+        is_leaf: NDArray[np.bool_],
+        missing_left: NDArray[np.bool_],
+        value: NDArray[np.float64],
+        baseline: float,
+    ) -> None:
+        n = feature.shape[0]
+        for name, arr in (("threshold", threshold), ("left", left), ("right", right)):
+            if arr.shape != (n,):
+                raise ValueError(f"tree array {name} has shape {arr.shape}, expected ({n},)")
+        if is_leaf.shape != (n,) or missing_left.shape != (n,) or value.shape != (n,):
+            raise ValueError("tree arrays differ in length")
+        inner = ~is_leaf
+        if roots.size and (roots.min() < 0 or roots.max() >= n):
+            raise ValueError("tree roots out of range")
+        if np.any((left[inner] < 0) | (left[inner] >= n) | (right[inner] < 0) | (right[inner] >= n)):
+            raise ValueError("tree children out of range")
+        self.roots = roots
+        self.feature = feature
+        self.threshold = threshold
+        self.left = left
+        self.right = right
+        self.is_leaf = is_leaf
+        self.missing_left = missing_left
+        self.value = value
+        self.baseline = float(baseline)
+
+    def predict(self, x: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Batch prediction, the same rule as scikit-learn's HistGradientBoosting predictor."""
+        out = np.full(x.shape[0], self.baseline, dtype=np.float64)
+        rows = np.arange(x.shape[0])
+        for root in self.roots:
+            node = np.full(x.shape[0], root, dtype=np.int64)
+            active = ~self.is_leaf[node]
+            while active.any():
+                at = node[active]
+                v = x[rows[active], self.feature[at]]
+                go_left = np.where(np.isnan(v), self.missing_left[at], v <= self.threshold[at])
+                node[active] = np.where(go_left, self.left[at], self.right[at])
+                active = ~self.is_leaf[node]
+            out += self.value[node]
+        return out
+
+    def arrays(self) -> dict[str, NDArray[np.generic]]:
+        return {
+            "roots": self.roots,
+            "feature": self.feature,
+            "threshold": self.threshold,
+            "left": self.left,
+            "right": self.right,
+            "is_leaf": self.is_leaf,
+            "missing_left": self.missing_left,
+            "value": self.value,
+        }
+
+
+class LeanTrees:
+    """Boosted trees over `[text score, *dense]`, walked on Python lists."""
+
+    def __init__(self, text: LeanLinear, trees: TreeArrays) -> None:
+        self._text = text
+        self._text_offset = text.offset()
+        self._roots = trees.roots.tolist()
+        self._feature = trees.feature.tolist()
+        self._threshold = trees.threshold.tolist()
+        self._left = trees.left.tolist()
+        self._right = trees.right.tolist()
+        self._leaf = trees.is_leaf.tolist()
+        self._missing_left = trees.missing_left.tolist()
+        self._value = trees.value.tolist()
+        self._baseline = trees.baseline
+
+    def score(
+        self, words: Sequence[str], distinct: Mapping[str, None], dense: Sequence[float]
+    ) -> float:
+        x = [self._text.text_score(words, distinct) + self._text_offset, *dense]
+        feature, threshold, leaf = self._feature, self._threshold, self._leaf
+        left, right, missing_left = self._left, self._right, self._missing_left
+        total = self._baseline
+        for node in self._roots:
+            while not leaf[node]:
+                v = x[feature[node]]
+                if v <= threshold[node] or (v != v and missing_left[node]):
+                    node = left[node]
+                else:
+                    node = right[node]
+            total += self._value[node]
+        return total

@@ -1,0 +1,140 @@
+"""Model directories in a safe format: `model.json` (everything small) + `arrays.npz` (weights).
+
+Nothing is ever unpickled: the arrays are read with `numpy.load(allow_pickle=False)`, every
+other value is JSON, and the scorer and calibration are rebuilt through their `from_state`
+constructors, which validate shapes. `model.json` records the SHA-256 of `arrays.npz`, so a
+truncated or swapped weights file is refused rather than half-loaded.
+
+```
+DIR/model.json      format, version, tiers, label, gram spec, scorer name/params/state,
+                    calibration layout, metadata (sources, counts, metrics)
+DIR/arrays.npz      scorer__<name> and calibration__x_<k> / calibration__y_<k> arrays
+DIR/MODEL_CARD.md   written by training (see card.py); not read back
+DIR/report.json     written by training; not read back
+```
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import zipfile
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+
+from router_models.calibration import TierCalibration
+from router_models.errors import ModelFormatError
+from router_models.model import RouterModel
+from router_models.ngrams import GramSpec
+from router_models.scorers import scorer_from_state
+
+__all__ = ["ARRAYS_FILE", "FORMAT", "MODEL_FILE", "VERSION", "load_model", "save_model"]
+
+FORMAT: Final = "tiergate-router"
+VERSION: Final = 1
+MODEL_FILE: Final = "model.json"
+ARRAYS_FILE: Final = "arrays.npz"
+_SCORER: Final = "scorer__"
+_CAL_X: Final = "calibration__x_"
+_CAL_Y: Final = "calibration__y_"
+
+
+def save_model(model: RouterModel, path: str | Path) -> Path:
+    """Write `model` into directory `path` (created if needed); returns the directory."""
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    meta, scorer_arrays = model.scorer.get_state()
+    cal = model.calibration
+    arrays: dict[str, np.ndarray[Any, Any]] = {f"{_SCORER}{k}": v for k, v in scorer_arrays.items()}
+    for k, (bx, by) in enumerate(zip(cal.thresholds_x_, cal.thresholds_y_, strict=True)):
+        arrays[f"{_CAL_X}{k}"] = bx
+        arrays[f"{_CAL_Y}{k}"] = by
+    arrays_path = out / ARRAYS_FILE
+    np.savez_compressed(arrays_path, allow_pickle=False, **arrays)
+    document = {
+        "format": FORMAT,
+        "version": VERSION,
+        "tiers": list(model.tiers),
+        "label": model.label,
+        "gram_spec": asdict(model.spec),
+        "scorer": {
+            "name": model.scorer.name,
+            "params": model.scorer.get_params(deep=False),
+            "state": meta,
+        },
+        "calibration": {
+            "include_top": cal.include_top,
+            "n_calibrated": len(cal.thresholds_x_),
+            "n_labelled": cal.n_labelled_,
+        },
+        "arrays_sha256": _sha256(arrays_path),
+        "metadata": model.metadata,
+    }
+    (out / MODEL_FILE).write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
+    return out
+
+
+def load_model(path: str | Path) -> RouterModel:
+    """Read a directory written by `save_model`; raises `ModelFormatError` on any problem."""
+    root = Path(path)
+    model_path = root / MODEL_FILE
+    arrays_path = root / ARRAYS_FILE
+    if not model_path.is_file() or not arrays_path.is_file():
+        raise ModelFormatError(f"{root}: not a router model directory (needs {MODEL_FILE} and "
+                               f"{ARRAYS_FILE})")
+    try:
+        document = json.loads(model_path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelFormatError(f"{model_path}: unreadable ({exc})") from None
+    if not isinstance(document, dict) or document.get("format") != FORMAT:
+        raise ModelFormatError(f"{model_path}: not a {FORMAT} model")
+    if document.get("version") != VERSION:
+        raise ModelFormatError(
+            f"{model_path}: format version {document.get('version')!r}, this code reads {VERSION}"
+        )
+    if document.get("arrays_sha256") != _sha256(arrays_path):
+        raise ModelFormatError(f"{arrays_path}: checksum does not match {MODEL_FILE}")
+    try:
+        with np.load(arrays_path, allow_pickle=False) as npz:
+            arrays = {name: npz[name] for name in npz.files}
+        return _build(document, arrays)
+    except ModelFormatError:
+        raise
+    except (KeyError, TypeError, ValueError, OSError, zipfile.BadZipFile) as exc:
+        raise ModelFormatError(f"{root}: invalid model ({type(exc).__name__}: {exc})") from None
+
+
+def _build(document: dict[str, Any], arrays: dict[str, np.ndarray[Any, Any]]) -> RouterModel:
+    scorer_doc = document["scorer"]
+    scorer_arrays = {k[len(_SCORER) :]: v for k, v in arrays.items() if k.startswith(_SCORER)}
+    scorer = scorer_from_state(
+        str(scorer_doc["name"]), scorer_doc["params"], scorer_doc["state"], scorer_arrays
+    )
+    cal_doc = document["calibration"]
+    n_cal = int(cal_doc["n_calibrated"])
+    calibration = TierCalibration.from_thresholds(
+        [np.asarray(arrays[f"{_CAL_X}{k}"], dtype=np.float64) for k in range(n_cal)],
+        [np.asarray(arrays[f"{_CAL_Y}{k}"], dtype=np.float64) for k in range(n_cal)],
+        include_top=bool(cal_doc["include_top"]),
+        n_labelled=[int(n) for n in cal_doc.get("n_labelled", [])],
+    )
+    spec = GramSpec(**document["gram_spec"])
+    return RouterModel(
+        tiers=[str(t) for t in document["tiers"]],
+        scorer=scorer,
+        calibration=calibration,
+        spec=spec,
+        label=document["label"],
+        metadata=document.get("metadata") or {},
+    )
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -1,0 +1,168 @@
+"""What the router reads from an OpenAI request body: a flat, typed view, built in one pass.
+
+Accepts `/v1/chat/completions` bodies (`messages`, content as a string, a list of parts or
+None, assistant `tool_calls`, `tool` messages) and `/v1/completions` bodies (`prompt` as a
+string, a list of strings, a token array or a list of token arrays). Never raises on any
+mapping: fields of unexpected types are read as absent, so a malformed request is still routed
+(the gateway validates requests elsewhere).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+__all__ = ["CHARS_PER_TOKEN", "RequestView", "content_text", "view_request"]
+
+# English text averages about four characters per BPE token; good enough to rank lengths.
+CHARS_PER_TOKEN = 4.0
+
+
+class RequestView(NamedTuple):
+    """The parts of a request the features are computed from."""
+
+    text: str  # last user turn (or the completion prompt): what the n-grams see
+    system_text: str  # all system/developer messages, joined
+    total_chars: int  # characters of text across every message or prompt
+    prompt_tokens: float  # estimated prompt tokens (characters / 4, plus explicit token ids)
+    n_messages: int
+    n_user: int
+    n_assistant: int
+    n_tool: int  # tool/function messages plus assistant tool calls
+    n_media: int  # non-text content parts (images, audio, files)
+    has_tools: bool
+    has_response_format: bool
+    max_tokens: float  # NaN when absent
+    temperature: float  # NaN when absent
+    n_choices: int
+    is_chat: bool
+
+
+def content_text(content: Any) -> tuple[str, int]:
+    """Text of a message `content` and the number of non-text parts in it."""
+    if isinstance(content, str):
+        return content, 0
+    if not isinstance(content, list):
+        return "", 0
+    texts: list[str] = []
+    media = 0
+    for part in content:
+        if isinstance(part, str):
+            texts.append(part)
+        elif isinstance(part, Mapping):
+            text = part.get("text")
+            if isinstance(text, str):
+                texts.append(text)
+            elif part.get("type") not in (None, "text", "refusal"):
+                media += 1
+    return "\n".join(texts), media
+
+
+def view_request(request: Mapping[str, Any]) -> RequestView:
+    """One pass over the request body; never raises on a mapping."""
+    messages = request.get("messages")
+    if isinstance(messages, list):
+        return _view_chat(request, messages)
+    return _view_completion(request)
+
+
+def _view_chat(request: Mapping[str, Any], messages: list[Any]) -> RequestView:
+    last_user = ""
+    last_any = ""
+    system: list[str] = []
+    total = n_user = n_assistant = n_tool = n_media = 0
+    for message in messages:
+        if not isinstance(message, Mapping):
+            continue
+        text, media = content_text(message.get("content"))
+        total += len(text)
+        n_media += media
+        role = message.get("role")
+        if role == "user":
+            n_user += 1
+            last_user = text
+        elif role == "assistant":
+            n_assistant += 1
+            calls = message.get("tool_calls")
+            if isinstance(calls, list):
+                n_tool += len(calls)
+        elif role in ("system", "developer"):
+            system.append(text)
+        elif role in ("tool", "function"):
+            n_tool += 1
+        if text:
+            last_any = text
+    return RequestView(
+        text=last_user or last_any,
+        system_text="\n".join(system),
+        total_chars=total,
+        prompt_tokens=total / CHARS_PER_TOKEN,
+        n_messages=len(messages),
+        n_user=n_user,
+        n_assistant=n_assistant,
+        n_tool=n_tool,
+        n_media=n_media,
+        has_tools=_non_empty(request.get("tools")) or _non_empty(request.get("functions")),
+        has_response_format=_structured(request.get("response_format")),
+        max_tokens=_number(request.get("max_completion_tokens", request.get("max_tokens"))),
+        temperature=_number(request.get("temperature")),
+        n_choices=_count(request.get("n")),
+        is_chat=True,
+    )
+
+
+def _view_completion(request: Mapping[str, Any]) -> RequestView:
+    prompt = request.get("prompt")
+    token_ids = 0
+    if isinstance(prompt, str):
+        text = prompt
+    elif isinstance(prompt, list):
+        strings = [p for p in prompt if isinstance(p, str)]
+        text = "\n".join(strings)
+        for p in prompt:
+            if isinstance(p, int):
+                token_ids += 1
+            elif isinstance(p, list):
+                token_ids += len(p)
+    else:
+        text = ""
+    return RequestView(
+        text=text,
+        system_text="",
+        total_chars=len(text),
+        prompt_tokens=len(text) / CHARS_PER_TOKEN + token_ids,
+        n_messages=0,
+        n_user=0,
+        n_assistant=0,
+        n_tool=0,
+        n_media=0,
+        has_tools=False,
+        has_response_format=_structured(request.get("response_format")),
+        max_tokens=_number(request.get("max_tokens")),
+        temperature=_number(request.get("temperature")),
+        n_choices=_count(request.get("n")),
+        is_chat=False,
+    )
+
+
+def _non_empty(value: Any) -> bool:
+    return isinstance(value, list) and len(value) > 0
+
+
+def _structured(value: Any) -> bool:
+    # {"type": "text"} is the default and asks for nothing.
+    return isinstance(value, Mapping) and value.get("type", "text") != "text"
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return math.nan
+    number = float(value)
+    return number if math.isfinite(number) else math.nan
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return 1
+    return value

@@ -1,0 +1,106 @@
+"""Isotonic tier calibration: monotone in score and along the ladder, clipped, lean == batch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.base import clone
+from sklearn.exceptions import NotFittedError
+from sklearn.isotonic import IsotonicRegression
+
+from router_models.calibration import TierCalibration
+
+
+def sample(n: int = 2000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    score = rng.normal(size=n)
+    cheap = rng.random(n) < 1 / (1 + np.exp(2 * score))
+    middle = rng.random(n) < 1 / (1 + np.exp(score - 1))
+    return score, np.column_stack([cheap, middle]).astype(float)
+
+
+def test_monotone_in_score_and_ladder_and_clipped() -> None:
+    score, adequate = sample()
+    cal = TierCalibration().fit(score, adequate)
+    grid = np.linspace(-6, 6, 400)
+    proba = cal.predict_proba(grid)
+    assert proba.shape == (400, 3)
+    assert np.all(np.diff(proba[:, :2], axis=0) <= 1e-12)  # harder -> less likely adequate
+    assert np.all(np.diff(proba, axis=1) >= 0)  # up the ladder -> more likely adequate
+    assert proba.min() >= 0.0 and proba.max() <= 1.0
+    assert np.all(proba[:, -1] == 1.0)
+
+
+def test_non_top_probability_is_capped_below_one() -> None:
+    score = np.linspace(0, 1, 50)
+    cal = TierCalibration().fit(score, np.ones((50, 1)))
+    top_cheap = cal.predict_proba([-10.0])[0, 0]
+    assert top_cheap == pytest.approx(1 - 1 / 52)
+    assert cal.predict_one(-10.0)[0] < 1.0
+
+
+def test_ladder_monotonicity_is_enforced_when_fits_cross() -> None:
+    score, adequate = sample()
+    flipped = adequate[:, ::-1]  # the dearer tier now looks worse on part of the range
+    cal = TierCalibration().fit(score, flipped)
+    proba = cal.predict_proba(np.linspace(-3, 3, 100))
+    assert np.all(proba[:, 1] >= proba[:, 0])
+
+
+def test_matches_sklearn_isotonic_regression_on_each_column() -> None:
+    score, adequate = sample()
+    cal = TierCalibration().fit(score, adequate)
+    iso = IsotonicRegression(increasing=False, y_min=0.0, y_max=1 - 1 / 2002, out_of_bounds="clip")
+    iso.fit(score, adequate[:, 0])
+    grid = np.linspace(-4, 4, 301)
+    np.testing.assert_allclose(cal.predict_proba(grid)[:, 0], iso.predict(grid), atol=1e-15)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.floats(-8, 8, allow_nan=False))
+def test_lean_equals_batch(score: float) -> None:
+    cal = _fitted()
+    assert cal.predict_one(score) == tuple(cal.predict_proba([score])[0])
+
+
+def test_nan_labels_mean_no_label() -> None:
+    score, adequate = sample()
+    partial = adequate.copy()
+    partial[:1000, 1] = np.nan
+    cal = TierCalibration().fit(score, partial)
+    assert cal.n_labelled_ == [2000, 1000]
+
+
+def test_absolute_label_calibrates_the_top_tier() -> None:
+    score, adequate = sample()
+    cal = TierCalibration(include_top=True).fit(score, adequate)
+    assert cal.n_tiers_ == 2
+    assert cal.predict_proba([5.0])[0, -1] < 1.0
+
+
+def test_estimator_contract() -> None:
+    cal = TierCalibration(include_top=True)
+    assert clone(cal).get_params() == {"include_top": True}
+    with pytest.raises(NotFittedError):
+        cal.predict_proba([0.0])
+    with pytest.raises(ValueError, match="labels must lie"):
+        TierCalibration().fit([0.0, 1.0], [[0.5], [2.0]])
+    with pytest.raises(ValueError, match="need at least 2"):
+        TierCalibration().fit([0.0, 1.0], [[np.nan], [1.0]])
+
+
+def test_from_thresholds_validates() -> None:
+    with pytest.raises(ValueError, match="non-increasing"):
+        TierCalibration.from_thresholds([np.array([0.0, 1.0])], [np.array([0.1, 0.9])])
+
+
+_CACHE: list[TierCalibration] = []
+
+
+def _fitted() -> TierCalibration:
+    if not _CACHE:
+        score, adequate = sample()
+        _CACHE.append(TierCalibration().fit(score, adequate))
+    return _CACHE[0]

@@ -1,0 +1,75 @@
+"""Dense features and hashed grams: values on known prompts, determinism across processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+from router_models.features import DENSE_NAMES, dense_features_of
+from router_models.ngrams import HEAD_CHARS, TAIL_CHARS, GramSpec, clip_text, gram_bucket, tokens
+from router_models.vectorize import featurize
+
+MMLU_LIKE = (
+    "All of the following are social movements inspired by the Civil Rights movement EXCEPT\n"
+    "A. women's rights\nB. gay and lesbian rights\nC. states' rights\nD. Native American rights\n"
+    "Answer:"
+)
+
+
+def named(request: dict[str, object]) -> dict[str, float]:
+    return dict(zip(DENSE_NAMES, dense_features_of(request), strict=True))
+
+
+def test_multiple_choice_structure() -> None:
+    f = named({"messages": [{"role": "user", "content": MMLU_LIKE}]})
+    assert f["n_options"] == 4
+    assert f["shouted_negation"] == 1.0
+    assert f["negations"] == 1.0  # "except" once, counted among distinct words
+    assert f["option_chars_max"] == np.log1p(len("Native American rights"))
+    assert f["compound_options"] == 1.0  # "gay and lesbian rights"
+    assert f["is_chat"] == 1.0 and f["n_user"] == 1.0
+
+
+def test_code_math_and_cues() -> None:
+    text = "Please refactor this function and prove x^2 >= 0:\n```python\ndef f(x): return x*x\n```"
+    f = named({"prompt": text, "max_tokens": 100})
+    assert f["code_fences"] == 1.0
+    assert f["cue_code"] >= 2.0  # refactor, function
+    assert f["cue_proof"] == 1.0
+    assert f["math_chars_per_100"] > 0
+    assert f["max_tokens_absent"] == 0.0 and f["log_max_tokens"] == np.log1p(100)
+    assert f["is_chat"] == 0.0 and f["n_options"] == 0.0
+
+
+def test_long_prompts_are_clipped_to_head_and_tail() -> None:
+    text = "a " * 20_000 + "zebra"
+    clipped = clip_text(text)
+    assert len(clipped) == HEAD_CHARS + TAIL_CHARS + 1
+    assert clipped.endswith("zebra")
+    assert "zebra" in tokens(text)
+
+
+def test_featurize_rows_are_normalised_by_distinct_words() -> None:
+    spec = GramSpec(bigram_weight=0.0, char_weight=0.0)
+    feats = featurize([{"prompt": "alpha beta beta gamma"}, {"prompt": ""}], spec)
+    row = feats.grams.getrow(0).toarray().ravel()
+    assert np.count_nonzero(row) == 3
+    np.testing.assert_allclose(row[row != 0], 1 / np.sqrt(3))
+    assert feats.grams.getrow(1).nnz == 0
+    assert feats.dense.shape == (2, len(DENSE_NAMES))
+
+
+def test_buckets_do_not_depend_on_the_process_hash_seed() -> None:
+    here = [gram_bucket(g, 7, (1 << 18) - 1) for g in ("alpha", "beta gamma", "ünï")]
+    code = (
+        "from router_models.ngrams import gram_bucket;"
+        "print([gram_bucket(g, 7, (1 << 18) - 1) for g in ('alpha', 'beta gamma', 'ünï')])"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
+    assert out.stdout.strip() == str(here)

@@ -1,0 +1,102 @@
+"""RouterModel: the gateway's interface, save/load round trip, safe format, default model."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from router_models.calibration import TierCalibration
+from router_models.data import LabelSet
+from router_models.errors import ModelFormatError
+from router_models.model import RouterModel, default_model_path
+from router_models.model_io import ARRAYS_FILE, MODEL_FILE
+
+ODD_REQUESTS = [
+    {"messages": []},
+    {"messages": [{"role": "user", "content": None}]},
+    {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
+    {"messages": [{"role": "assistant", "tool_calls": [{"id": "a"}]}, {"role": "tool"}]},
+    {"prompt": [1, 2, 3]},
+    {"prompt": ["a", "b"]},
+    {},
+]
+
+
+def test_interface(linear_model: RouterModel, three_tier: LabelSet) -> None:
+    assert linear_model.tiers == ("nvfp4", "w4a16", "bf16")
+    p = linear_model.predict_proba_one(three_tier.requests[0])
+    assert len(p) == 3 and p[-1] == 1.0
+    assert all(a <= b for a, b in zip(p, p[1:], strict=False))
+    assert isinstance(linear_model.score_one(three_tier.requests[0]), float)
+    assert linear_model.predict_proba(three_tier.requests[:5]).shape == (5, 3)
+
+
+@pytest.mark.parametrize("request_body", ODD_REQUESTS)
+def test_odd_requests_route(linear_model: RouterModel, request_body: dict[str, object]) -> None:
+    p = linear_model.predict_proba_one(request_body)
+    assert all(0.0 <= x <= 1.0 and not math.isnan(x) for x in p)
+
+
+def test_save_load_round_trip(tmp_path: Path, linear_model: RouterModel, gbdt_model: RouterModel,
+                              three_tier: LabelSet) -> None:
+    for model in (linear_model, gbdt_model):
+        out = model.save(tmp_path / model.scorer.name)
+        again = RouterModel.load(out)
+        assert again.tiers == model.tiers and again.label == model.label
+        np.testing.assert_array_equal(
+            again.predict_proba(three_tier.requests), model.predict_proba(three_tier.requests)
+        )
+        r = three_tier.requests[3]
+        assert again.predict_proba_one(r) == model.predict_proba_one(r)
+
+
+def test_with_calibration_keeps_the_scorer(linear_model: RouterModel, three_tier: LabelSet) -> None:
+    score = linear_model.score(three_tier.requests)
+    flat = TierCalibration().fit(score, np.full((len(score), 2), 0.5))
+    other = linear_model.with_calibration(flat)
+    assert other.scorer is linear_model.scorer
+    assert other.predict_proba_one(three_tier.requests[0])[:2] == (0.5, 0.5)
+
+
+def test_tampered_or_incomplete_directories_are_refused(tmp_path: Path, linear_model: RouterModel) -> None:
+    out = linear_model.save(tmp_path / "m")
+    with pytest.raises(ModelFormatError, match="not a router model"):
+        RouterModel.load(tmp_path)
+    arrays = out / ARRAYS_FILE
+    arrays.write_bytes(arrays.read_bytes()[:-10])
+    with pytest.raises(ModelFormatError, match="checksum"):
+        RouterModel.load(out)
+    doc = json.loads((out / MODEL_FILE).read_text())
+    doc["version"] = 99
+    (out / MODEL_FILE).write_text(json.dumps(doc))
+    with pytest.raises(ModelFormatError, match="version"):
+        RouterModel.load(out)
+
+
+def test_object_arrays_are_never_unpickled(tmp_path: Path, linear_model: RouterModel) -> None:
+    out = linear_model.save(tmp_path / "m")
+    arrays = out / ARRAYS_FILE
+    np.savez(arrays, **{"scorer__gram_coef": np.array([object()], dtype=object)}, allow_pickle=True)
+    doc = json.loads((out / MODEL_FILE).read_text())
+    from router_models.model_io import _sha256
+
+    doc["arrays_sha256"] = _sha256(arrays)
+    (out / MODEL_FILE).write_text(json.dumps(doc))
+    with pytest.raises(ModelFormatError):
+        RouterModel.load(out)
+
+
+def test_default_model_ships_and_routes() -> None:
+    path = default_model_path()
+    size = sum(f.stat().st_size for f in path.iterdir())
+    assert size < 5 * 1024 * 1024
+    assert (path / "MODEL_CARD.md").is_file()
+    model = RouterModel.load(path)
+    assert len(model.tiers) >= 2
+    for body in ODD_REQUESTS:
+        p = model.predict_proba_one(body)
+        assert len(p) == len(model.tiers) and p[-1] == 1.0

@@ -1,0 +1,85 @@
+"""The request view reads every valid OpenAI shape and never raises on odd ones."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from router_models.features import DENSE_NAMES, dense_features_of
+from router_models.request import content_text, view_request
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def test_chat_view_reads_roles_system_and_last_user_turn() -> None:
+    request = {
+        "messages": [
+            {"role": "system", "content": "You are terse."},
+            {"role": "user", "content": "first question"},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "1"}, {"id": "2"}]},
+            {"role": "tool", "content": "42", "tool_call_id": "1"},
+            {"role": "user", "content": [{"type": "text", "text": "second"}, {"type": "image_url"}]},
+        ],
+        "tools": [{"type": "function", "function": {"name": "f"}}],
+        "response_format": {"type": "json_object"},
+        "max_tokens": 64,
+        "temperature": 0.2,
+        "n": 3,
+    }
+    view = view_request(request)
+    assert view.text == "second"
+    assert view.system_text == "You are terse."
+    assert (view.n_messages, view.n_user, view.n_assistant) == (5, 2, 1)
+    assert view.n_tool == 3  # two tool calls and one tool message
+    assert view.n_media == 1
+    assert view.has_tools and view.has_response_format
+    assert (view.max_tokens, view.temperature, view.n_choices) == (64.0, 0.2, 3)
+    assert view.is_chat
+
+
+def test_completion_prompt_shapes() -> None:
+    assert view_request({"prompt": "hello"}).text == "hello"
+    assert view_request({"prompt": ["a", "b"]}).text == "a\nb"
+    tokens_only = view_request({"prompt": [1, 2, 3]})
+    assert tokens_only.text == "" and tokens_only.prompt_tokens == 3
+    nested = view_request({"prompt": [[1, 2], [3]]})
+    assert nested.prompt_tokens == 3 and not nested.is_chat
+
+
+def test_text_format_response_is_not_structured_output() -> None:
+    assert not view_request({"prompt": "x", "response_format": {"type": "text"}}).has_response_format
+
+
+def test_content_text_of_parts() -> None:
+    assert content_text(None) == ("", 0)
+    assert content_text([{"type": "text", "text": "a"}, "b", {"type": "input_audio"}]) == ("a\nb", 1)
+
+
+def test_absent_sampling_parameters_are_nan_and_defaults() -> None:
+    view = view_request({"messages": [{"role": "user", "content": "x"}], "n": True})
+    assert math.isnan(view.max_tokens) and math.isnan(view.temperature)
+    assert view.n_choices == 1
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.dictionaries(st.sampled_from(["messages", "prompt", "tools", "n", "max_tokens",
+                                         "temperature", "response_format", "x"]), json_values))
+def test_never_raises_and_features_are_finite(request: dict[str, Any]) -> None:
+    features = dense_features_of(request)
+    assert len(features) == len(DENSE_NAMES)
+    assert all(math.isfinite(x) for x in features)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.dictionaries(st.sampled_from(["role", "content", "tool_calls"]), json_values),
+                max_size=5))
+def test_odd_messages_never_raise(messages: list[dict[str, Any]]) -> None:
+    features = dense_features_of({"messages": messages})
+    assert all(math.isfinite(x) for x in features)

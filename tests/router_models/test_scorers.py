@@ -1,0 +1,92 @@
+"""Scorers: estimator contract, lean path == batch path == scikit-learn, state round trip."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.exceptions import NotFittedError
+
+from router_models.data import LabelSet
+from router_models.labels import difficulty
+from router_models.model import RouterModel
+from router_models.ngrams import GramSpec, tokens
+from router_models.request import view_request
+from router_models.features import dense_features
+from router_models.scorers import SCORERS, GBDTScorer, LinearScorer, make_scorer, scorer_from_state
+from router_models.vectorize import featurize
+
+
+def lean_scores(model: RouterModel, labels: LabelSet) -> np.ndarray:
+    return np.array([model.score_one(r) for r in labels.requests])
+
+
+@pytest.mark.parametrize("fixture", ["linear_model", "gbdt_model"])
+def test_lean_equals_batch(fixture: str, request: pytest.FixtureRequest, three_tier: LabelSet) -> None:
+    model: RouterModel = request.getfixturevalue(fixture)
+    batch = model.score(three_tier.requests)
+    lean = lean_scores(model, three_tier)
+    np.testing.assert_allclose(lean, batch, rtol=1e-9, atol=1e-12)
+    # Second pass runs on warm caches and must not drift.
+    np.testing.assert_allclose(lean_scores(model, three_tier), lean, rtol=0, atol=0)
+
+
+def test_batch_equals_sklearn_estimators(
+    linear_model: RouterModel, gbdt_model: RouterModel, three_tier: LabelSet
+) -> None:
+    lin = linear_model.scorer
+    assert isinstance(lin, LinearScorer)
+    feats = linear_model.features(three_tier.requests)
+    np.testing.assert_allclose(lin.score(feats), lin.estimator_.predict(lin._design(feats)), atol=1e-12)
+    gb = gbdt_model.scorer
+    assert isinstance(gb, GBDTScorer)
+    np.testing.assert_allclose(gb.score(feats), gb.estimator_.predict(gb.stacked(feats)), atol=1e-12)
+
+
+def test_probabilities_lean_equal_batch(linear_model: RouterModel, three_tier: LabelSet) -> None:
+    batch = linear_model.predict_proba(three_tier.requests[:200])
+    lean = np.array([linear_model.predict_proba_one(r) for r in three_tier.requests[:200]])
+    np.testing.assert_allclose(lean, batch, atol=1e-12)
+
+
+def test_scorer_ranks_hard_requests_higher(linear_model: RouterModel, three_tier: LabelSet) -> None:
+    hard = np.array(["```" in r["messages"][0]["content"] for r in three_tier.requests])
+    score = linear_model.score(three_tier.requests)
+    assert score[hard].mean() > score[~hard].mean() + 0.1
+
+
+@pytest.mark.parametrize("name", sorted(SCORERS))
+def test_estimator_contract(name: str) -> None:
+    scorer = make_scorer(name)
+    assert clone(scorer).get_params() == scorer.get_params()
+    assert not any(k.endswith("_") for k in vars(scorer))  # __init__ only stores parameters
+    spec = GramSpec(bits=12)
+    feats = featurize([{"prompt": "x"}], spec)
+    with pytest.raises(NotFittedError):
+        scorer.score(feats)
+
+
+@pytest.mark.parametrize("name", sorted(SCORERS))
+def test_state_round_trip(name: str, three_tier: LabelSet) -> None:
+    spec = GramSpec(bits=14)
+    feats = featurize(three_tier.requests, spec)
+    y = difficulty(three_tier.correct)
+    params = {"max_iter": 20, "n_inner": 2} if name == "gbdt" else {}
+    scorer = make_scorer(name, **params).fit(feats, y)
+    meta, arrays = scorer.get_state()
+    again = scorer_from_state(name, scorer.get_params(), meta, arrays)
+    np.testing.assert_array_equal(again.score(feats), scorer.score(feats))
+    lean = again.lean(spec)
+    view = view_request(three_tier.requests[0])
+    words = tokens(view.text)
+    distinct = dict.fromkeys(words)
+    one = lean.score(words, distinct, dense_features(view, words, distinct))
+    assert one == pytest.approx(scorer.score(feats)[0], rel=1e-9)
+
+
+def test_unknown_scorer_and_bad_target() -> None:
+    with pytest.raises(ValueError, match="unknown scorer"):
+        make_scorer("bert")
+    feats = featurize([{"prompt": "a"}, {"prompt": "b"}], GramSpec(bits=10))
+    with pytest.raises(ValueError, match="finite"):
+        LinearScorer().fit(feats, [0.0, np.nan])
