@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import fields
+from typing import Any
 
 import pytest
 from openai import OpenAI
@@ -104,19 +105,14 @@ def test_observer_counters_equal_the_engine(deployment: Deployment) -> None:
                 before[name], after[name]
             )
             expected[name] = expected_view(parsed)
-        # The observer scrapes every 0.5 s; its window sums the same deltas.
-        view = wait_for(
-            lambda: (
-                (
-                    v
-                    if all(close(observed_view(v["tiers"][n]), expected[n]) for n in expected)
-                    else None
-                )
-                if (v := admin_get(gw, "/admin/regime"))
-                else None
-            ),
-            "the observer to catch up with the engine counters",
-        )
+
+        def caught_up() -> dict[str, Any] | None:
+            # The observer scrapes every 0.5 s; its window sums the same deltas.
+            view: dict[str, Any] = admin_get(gw, "/admin/regime")
+            done = all(close(observed_view(view["tiers"][n]), expected[n]) for n in expected)
+            return view if done else None
+
+        view = wait_for(caught_up, "the observer to catch up with the engine counters")
     tiers = view["tiers"]
     assert tiers["plain"]["rho"]["engine"] is None  # APC off: vLLM counts no queries
     assert tiers["prefix"]["rho"]["engine"] > 0.5  # the shared system prompt hits
