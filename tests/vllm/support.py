@@ -162,6 +162,7 @@ def observed_gateway(
     deployment: Deployment,
     *,
     policy_factory: PolicyFactory | None = None,
+    observer_overrides: dict[str, Any] | None = None,
     **overrides: Any,
 ) -> Iterator[GatewayThread]:
     """A gateway whose observer samples every request and scrapes every 0.5 s; yields once
@@ -173,6 +174,7 @@ def observed_gateway(
         "plan_interval_s": 3600,
         "window_s": 900,
         "bucket_s": 5,
+        **(observer_overrides or {}),
     }
     settings = gateway_settings(deployment, observer=observer, **overrides)
     with GatewayThread(settings, policy_factory=policy_factory) as gw:

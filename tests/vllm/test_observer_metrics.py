@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import fields
 from typing import Any
 
@@ -144,39 +143,35 @@ def hold_streams(server: VllmServer, count: int, stop: threading.Event) -> list[
     return threads
 
 
-@pytest.fixture()
-def three_in_flight(deployment: Deployment) -> Iterator[VllmServer]:
+def engine_concurrency(server: VllmServer) -> float:
+    scrape = EngineScrape.of(server)
+    return scrape.value("vllm:num_requests_running") + scrape.value("vllm:num_requests_waiting")
+
+
+def test_observer_concurrency_is_the_engines(deployment: Deployment) -> None:
+    """Three streams held in the `prefix` engine, straight to vLLM (not through the
+    gateway): with a 1 s window, every observer scrape in it lands on the plateau, which our
+    own scrapes before and after the view bracket."""
     server = deployment["prefix"]
+    window = {"window_s": 1.0, "bucket_s": 0.5, "scrape_interval_s": 0.2}
     stop = threading.Event()
-    threads = hold_streams(server, 3, stop)
-    try:
-        wait_for(
-            lambda: EngineScrape.of(server).value("vllm:num_requests_running") == 3,
-            "three requests running in the engine",
-        )
-        yield server
-    finally:
-        stop.set()
-        for thread in threads:
-            thread.join(timeout=30)
-        wait_for(
-            lambda: EngineScrape.of(server).value("vllm:num_requests_running") == 0,
-            "the held streams to be aborted",
-        )
-
-
-def test_observer_concurrency_is_the_engines(
-    deployment: Deployment, three_in_flight: VllmServer
-) -> None:
-    with observed_gateway(deployment) as gw:
-        time.sleep(2.0)  # a few more scrapes, every one of them during the plateau
-        view = admin_get(gw, "/admin/regime")["tiers"]
-        plan = admin_get(gw, "/admin/plan?refresh=1")["tiers"]
-    mine = EngineScrape.of(three_in_flight)
-    engine_c = mine.value("vllm:num_requests_running") + mine.value("vllm:num_requests_waiting")
-    assert engine_c == 3, "the plateau ended before the observer's last scrape"
+    with observed_gateway(deployment, observer_overrides=window) as gw:
+        threads = hold_streams(server, 3, stop)
+        try:
+            wait_for(lambda: engine_concurrency(server) == 3, "three requests in the engine")
+            time.sleep(1.5)  # the window now holds plateau scrapes only
+            before = engine_concurrency(server)
+            view = admin_get(gw, "/admin/regime")["tiers"]
+            plan = admin_get(gw, "/admin/plan?refresh=1")["tiers"]
+            after = engine_concurrency(server)
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(timeout=30)
+    assert before == after == 3, "the plateau ended before the observer's view was read"
     assert view["prefix"]["concurrency"]["engine_mean"] == 3.0
     assert view["plain"]["concurrency"]["engine_mean"] == 0.0
     assert view["spec"]["concurrency"]["engine_mean"] == 0.0
     # No traffic went through the gateway, so the planner's C is the engine's.
     assert plan["prefix"]["regime"]["concurrency"] == 3.0
+    wait_for(lambda: engine_concurrency(server) == 0, "the held streams to be aborted")
