@@ -109,7 +109,7 @@ class TierCalibration(BaseEstimator):  # type: ignore[misc]
         return ladder_monotone(out)
 
     def predict_one(self, score: float) -> tuple[float, ...]:
-        """`predict_proba([score])[0]` on plain floats: no numpy call, no allocation but the tuple."""
+        """`predict_proba([score])[0]` on plain floats: no numpy call, one tuple allocated."""
         out: list[float] = []
         best = 0.0
         for bx, by in self._lean:
@@ -123,8 +123,7 @@ class TierCalibration(BaseEstimator):  # type: ignore[misc]
                 x0 = bx[i - 1]
                 y0 = by[i - 1]
                 p = (by[i] - y0) / (bx[i] - x0) * (score - x0) + y0
-            if p > best:
-                best = p
+            best = max(best, p)
             out.append(min(best, 1.0))
         if not self.include_top:
             out.append(1.0)

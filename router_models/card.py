@@ -74,10 +74,14 @@ def render_card(facts: CardFacts) -> str:
             lines.append(f"- source: {source} ({rows} rows)")
         lines.append("")
     if facts.metrics:
-        lines += ["## Metrics", "", facts.metrics_note, ""] if facts.metrics_note else [
-            "## Metrics",
-            "",
-        ]
+        lines += (
+            ["## Metrics", "", facts.metrics_note, ""]
+            if facts.metrics_note
+            else [
+                "## Metrics",
+                "",
+            ]
+        )
         lines += _metrics_table(facts.metrics)
     for heading, body in facts.extra.items():
         lines += [f"## {heading}", "", body.strip(), ""]

@@ -14,9 +14,11 @@ tier (decode is memory-bound, so bytes read per token set its cost; Paper A, COS
 | q3_k_m, q2_k, ...                                      | 3, 2 | bits/16 |
 
 GGUF k-quants use nominal bits (q4_k_m really stores about 4.8 bits per weight); pass
-`--costs` when the difference matters. Names that match none of these (e.g. model names in a
-cross-model data set) get the documented ladder default `(k + 1) / K` for position k, and the
-caller is told so through `CostSource.LADDER_DEFAULT`.
+`--costs` when the difference matters. Costs must not fall along the ladder; equal neighbours
+are allowed (nvfp4 and w4a16 read the same weight bytes; nvfp4 saves compute, not bandwidth).
+Names that match none of these (e.g. model names in a cross-model data set) get the documented
+ladder default `(k + 1) / K` for position k, and the caller is told so through
+`CostSource.LADDER_DEFAULT`.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from enum import StrEnum
+from itertools import pairwise
 from typing import Final
 
 from gateway.precision import PRECISIONS, relative_cost
@@ -54,7 +57,7 @@ def precision_cost(name: str) -> float | None:
     """Cost of a tier named after a precision, relative to 16-bit; None if the name is not one."""
     key = name.strip().lower()
     if key in PRECISIONS:
-        return relative_cost(key)  # type: ignore[arg-type]  # key is a Precision here
+        return relative_cost(key)
     if key in _ALIASES:
         return _ALIASES[key]
     for pattern in _BITS_PATTERNS:
@@ -114,9 +117,17 @@ def resolve_costs(
 
 
 def _check_ladder(tiers: Sequence[str], costs: Sequence[float]) -> None:
-    for (a, ca), (b, cb) in zip(zip(tiers, costs), zip(tiers[1:], costs[1:]), strict=False):
-        if not ca < cb:
+    """Cheapest first: costs never fall, and the top tier costs more than the cheapest.
+
+    Equal neighbours are allowed (nvfp4 and w4a16 both read 4-bit weights).
+    """
+    for (a, ca), (b, cb) in pairwise(zip(tiers, costs, strict=True)):
+        if ca > cb:
             raise TierError(
-                f"tiers must be listed cheapest first with increasing costs: {a}={ca:g} is not "
-                f"cheaper than {b}={cb:g}"
+                f"tiers must be listed cheapest first: {a}={ca:g} costs more than {b}={cb:g}"
             )
+    if not costs[0] < costs[-1]:
+        raise TierError(
+            f"the top tier {tiers[-1]} must cost more than the cheapest {tiers[0]}; "
+            "pass --costs to set them"
+        )

@@ -73,9 +73,7 @@ def calibration_metrics(
         rows = ~np.isnan(y)
         p, yy = proba[rows, k], y[rows]
         binary = np.isin(yy, (0.0, 1.0)).all()
-        auc = (
-            float(roc_auc_score(yy, p)) if binary and 0 < yy.sum() < yy.shape[0] else None
-        )
+        auc = float(roc_auc_score(yy, p)) if binary and 0 < yy.sum() < yy.shape[0] else None
         out[tier] = {
             "n": int(rows.sum()),
             "base_rate": float(yy.mean()) if yy.size else None,

@@ -19,7 +19,9 @@ from router_models.request import RequestView, view_request
 
 __all__ = ["DENSE_NAMES", "TASK_CUES", "dense_features", "dense_features_of"]
 
-_NEGATIONS: Final = frozenset("not except least false incorrect never cannot untrue".split())
+_NEGATIONS: Final = frozenset(
+    ["not", "except", "least", "false", "incorrect", "never", "cannot", "untrue"]
+)
 # Counted with one str.count per character: a C scan each, faster than a regex or translate.
 _MATH_CHARS: Final = "=+^*/<>|\\$"
 _DIGITS: Final = "0123456789"
@@ -28,16 +30,44 @@ _OPTION_MARKERS: Final = ("\nA. ", "\nA) ", "\n(A) ")
 # Words that name a kind of task; the router counts how many of each kind a prompt uses.
 TASK_CUES: Final[Mapping[str, frozenset[str]]] = {
     "code": frozenset(
-        "implement refactor debug function class compile python java javascript code bug "
-        "regex sql api script program algorithm".split()
+        [
+            "implement",
+            "refactor",
+            "debug",
+            "function",
+            "class",
+            "compile",
+            "python",
+            "java",
+            "javascript",
+            "code",
+            "bug",
+            "regex",
+            "sql",
+            "api",
+            "script",
+            "program",
+            "algorithm",
+        ]
     ),
-    "proof": frozenset("prove proof theorem lemma derive integral derivative".split()),
+    "proof": frozenset(["prove", "proof", "theorem", "lemma", "derive", "integral", "derivative"]),
     "transform": frozenset(
-        "translate summarise summarize rewrite paraphrase format convert extract".split()
+        [
+            "translate",
+            "summarise",
+            "summarize",
+            "rewrite",
+            "paraphrase",
+            "format",
+            "convert",
+            "extract",
+        ]
     ),
-    "explain": frozenset("explain why describe compare discuss analyze analyse".split()),
-    "compute": frozenset("calculate compute solve evaluate estimate find".split()),
-    "recall": frozenset("who when where which what name".split()),
+    "explain": frozenset(
+        ["explain", "why", "describe", "compare", "discuss", "analyze", "analyse"]
+    ),
+    "compute": frozenset(["calculate", "compute", "solve", "evaluate", "estimate", "find"]),
+    "recall": frozenset(["who", "when", "where", "which", "what", "name"]),
 }
 _CUE_KIND: Final[Mapping[str, int]] = {
     word: kind for kind, cue in enumerate(TASK_CUES.values()) for word in cue
@@ -116,6 +146,7 @@ def dense_features(
     n_words = len(words)
     n_text = len(text)
     max_tokens = view.max_tokens
+    no_max_tokens = math.isnan(max_tokens)
     temperature = view.temperature
     return [
         math.log1p(view.prompt_tokens),
@@ -129,9 +160,9 @@ def dense_features(
         math.log1p(view.n_media),
         float(view.has_tools),
         float(view.has_response_format),
-        0.0 if max_tokens != max_tokens else math.log1p(max(max_tokens, 0.0)),
-        1.0 if max_tokens != max_tokens else 0.0,
-        1.0 if temperature != temperature else temperature,
+        0.0 if no_max_tokens else math.log1p(max(max_tokens, 0.0)),
+        1.0 if no_max_tokens else 0.0,
+        1.0 if math.isnan(temperature) else temperature,
         float(view.n_choices),
         float(view.is_chat),
         float(text.count("```") // 2),

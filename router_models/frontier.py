@@ -92,8 +92,13 @@ def uniform_points(correct: ArrayLike, costs: Sequence[float]) -> list[UniformPo
 def static_frontier(correct: ArrayLike, costs: Sequence[float]) -> Frontier:
     """Upper concave hull of the uniform points, from the cheapest tier up."""
     pts = uniform_points(correct, costs)
-    hull: list[UniformPoint] = [pts[0]]
-    for p in pts[1:]:
+    best: dict[float, UniformPoint] = {}
+    for p in pts:  # at equal cost only the better tier can be on the hull
+        if p.cost not in best or p.quality > best[p.cost].quality:
+            best[p.cost] = p
+    ordered = [best[c] for c in sorted(best)]
+    hull: list[UniformPoint] = [ordered[0]]
+    for p in ordered[1:]:
         if p.quality <= hull[-1].quality:
             continue  # dearer and no better: never worth mixing in
         while len(hull) >= 2 and _slope(hull[-2], hull[-1]) <= _slope(hull[-2], p):
@@ -118,7 +123,9 @@ def routed_frontier(proba: ArrayLike, correct: ArrayLike, costs: Sequence[float]
         raise ValueError(f"proba has shape {p.shape}, correct {c.shape}")
     cost = np.asarray(costs, dtype=np.float64)
     gap = cost[-1] - cost[:-1]
-    mu = (1.0 - p[:, :-1]) / gap  # (n, K-1): multiplier at which tier k becomes acceptable
+    # (n, K-1): multiplier at which tier k becomes acceptable; never when it saves nothing.
+    mu = np.full((n, k_tiers - 1), np.inf)
+    np.divide(1.0 - p[:, :-1], gap, out=mu, where=gap > 0)
     rows = np.repeat(np.arange(n), k_tiers - 1)
     tiers = np.tile(np.arange(k_tiers - 1), n)
     flat = mu.reshape(-1)
@@ -133,7 +140,7 @@ def routed_frontier(proba: ArrayLike, correct: ArrayLike, costs: Sequence[float]
     # Python loop over events, grouped by equal multiplier; n(K-1) events.
     i = 0
     m = flat.shape[0]
-    while i < m:
+    while i < m and np.isfinite(flat[i]):
         j = i
         lam = flat[i]
         while j < m and flat[j] == lam:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
+from itertools import pairwise
 from typing import Final, Protocol
 
 import numpy as np
@@ -78,9 +79,7 @@ class LeanLinear:
         """The score of a request with no words and all-zero bins (intercept + constants)."""
         return self._intercept + self._constant
 
-    def text_score(
-        self, words: Sequence[str], distinct: Mapping[str, None] | None = None
-    ) -> float:
+    def text_score(self, words: Sequence[str], distinct: Mapping[str, None] | None = None) -> float:
         """The hashed-gram part of the score."""
         if distinct is None:
             distinct = dict.fromkeys(words)
@@ -92,7 +91,7 @@ class LeanLinear:
         except KeyError:
             total = sum(self._word(w) for w in distinct)
         if self._spec.bigram_weight:
-            pairs = dict.fromkeys(zip(words, words[1:], strict=False))
+            pairs = dict.fromkeys(pairwise(words))
             pair_cache = self._pairs
             try:
                 total += sum(map(pair_cache.__getitem__, pairs))
@@ -131,6 +130,7 @@ class TreeArrays:
 
     def __init__(
         self,
+        *,
         roots: NDArray[np.int64],
         feature: NDArray[np.int64],
         threshold: NDArray[np.float64],
@@ -150,7 +150,9 @@ class TreeArrays:
         inner = ~is_leaf
         if roots.size and (roots.min() < 0 or roots.max() >= n):
             raise ValueError("tree roots out of range")
-        if np.any((left[inner] < 0) | (left[inner] >= n) | (right[inner] < 0) | (right[inner] >= n)):
+        if np.any(
+            (left[inner] < 0) | (left[inner] >= n) | (right[inner] < 0) | (right[inner] >= n)
+        ):
             raise ValueError("tree children out of range")
         self.roots = roots
         self.feature = feature
@@ -214,10 +216,12 @@ class LeanTrees:
         feature, threshold, leaf = self._feature, self._threshold, self._leaf
         left, right, missing_left = self._left, self._right, self._missing_left
         total = self._baseline
-        for node in self._roots:
+        for root in self._roots:
+            node = root
             while not leaf[node]:
                 v = x[feature[node]]
-                if v <= threshold[node] or (v != v and missing_left[node]):
+                # NaN compares false, so it goes right unless the tree sends missing values left.
+                if v <= threshold[node] or (missing_left[node] and math.isnan(v)):
                     node = left[node]
                 else:
                     node = right[node]

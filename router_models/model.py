@@ -49,6 +49,7 @@ class RouterModel:
         scorer: Scorer,
         calibration: TierCalibration,
         spec: GramSpec,
+        *,
         label: Label = "relative",
         metadata: Mapping[str, Any] | None = None,
         _lean: LeanScorer | None = None,
@@ -132,8 +133,8 @@ class RouterModel:
             self._scorer,
             calibration,
             self._spec,
-            self._label,
-            self._metadata,
+            label=self._label,
+            metadata=self._metadata,
             _lean=self._lean,
         )
 
@@ -144,8 +145,8 @@ class RouterModel:
             self._scorer,
             self._calibration,
             self._spec,
-            self._label,
-            {**self._metadata, **updates},
+            label=self._label,
+            metadata={**self._metadata, **updates},
             _lean=self._lean,
         )
 
@@ -163,6 +164,4 @@ class RouterModel:
         return load_model(path)
 
     def __repr__(self) -> str:
-        return (
-            f"RouterModel(tiers={self._tiers}, scorer={self._scorer.name}, label={self._label})"
-        )
+        return f"RouterModel(tiers={self._tiers}, scorer={self._scorer.name}, label={self._label})"

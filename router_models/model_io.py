@@ -83,8 +83,9 @@ def load_model(path: str | Path) -> RouterModel:
     model_path = root / MODEL_FILE
     arrays_path = root / ARRAYS_FILE
     if not model_path.is_file() or not arrays_path.is_file():
-        raise ModelFormatError(f"{root}: not a router model directory (needs {MODEL_FILE} and "
-                               f"{ARRAYS_FILE})")
+        raise ModelFormatError(
+            f"{root}: not a router model directory (needs {MODEL_FILE} and {ARRAYS_FILE})"
+        )
     try:
         document = json.loads(model_path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:

@@ -29,7 +29,6 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-
 __all__ = ["PreTest", "pretest", "split_two_types", "two_type_saving"]
 
 
@@ -84,6 +83,7 @@ def pretest(
     proba: ArrayLike,
     correct: ArrayLike,
     costs: Sequence[float],
+    *,
     min_saving: float = 0.02,
     n_boot: int = 400,
     seed: int = 0,

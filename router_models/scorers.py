@@ -89,6 +89,7 @@ class LinearScorer(Scorer):
 
     def __init__(
         self,
+        *,
         alpha: float = 20.0,
         loss: Literal["squared", "logistic"] = "squared",
         n_bins: int = 8,
@@ -207,6 +208,7 @@ class GBDTScorer(Scorer):
 
     def __init__(
         self,
+        *,
         text_alpha: float = 20.0,
         n_inner: int = 5,
         max_iter: int = 200,

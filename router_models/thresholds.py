@@ -9,7 +9,8 @@ that tier's cost, `tune` says so and returns thresholds that send everything to 
 the result is never worse than the honest baseline on the validation data.
 
 With a `budget` (mean relative cost per request) the dual is solved: the best quality whose
-cost is within the budget, again against the best uniform tier within budget. With both, the
+cost is within the budget, against the best uniform tier within budget; routing must then add
+at least `min_saving` of the cheapest-to-top quality gap. With both, the
 cheapest policy meeting the floor within the budget, or the budget's best if none does.
 
 Re-exports the frontier helpers and the two-type pre-test so callers need one import.
@@ -21,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from numpy.typing import ArrayLike
+from numpy.typing import ArrayLike, NDArray
 
 from router_models.frontier import (
     Frontier,
@@ -33,6 +34,9 @@ from router_models.frontier import (
 )
 from router_models.policy import uniform_thresholds
 from router_models.pretest import PreTest, pretest
+
+# Tolerance for comparing means that should be equal (floating-point sums of 0/1 scores).
+_TOL = 1e-12
 
 __all__ = [
     "Frontier",
@@ -102,7 +106,7 @@ def uniform_baseline(
 ) -> tuple[UniformPoint, bool]:
     """Cheapest uniform tier meeting `floor`; (best-quality tier, False) when none does."""
     points = uniform_points(correct, costs)
-    meeting = [p for p in points if p.quality >= floor - 1e-12]
+    meeting = [p for p in points if p.quality >= floor - _TOL]
     if meeting:
         return min(meeting, key=lambda p: p.cost), True
     return max(points, key=lambda p: (p.quality, -p.cost)), False
@@ -124,52 +128,36 @@ def tune(
     p = np.asarray(proba, dtype=np.float64)
     c = np.asarray(correct, dtype=np.float64)
     front = routed_frontier(p, c, costs)
-    floor = quality_floor(c, alpha, relative) if alpha is not None else None
     points = uniform_points(c, costs)
-    if floor is not None:
-        baseline, feasible = uniform_baseline(c, costs, floor)
-    else:
-        baseline, feasible = _best_uniform_within(points, budget)
-    candidates = np.ones(front.cost.shape[0], dtype=bool)
-    if budget is not None:
-        candidates &= front.cost <= budget + 1e-12
-        if baseline.cost > budget + 1e-12:
-            feasible = False
-            baseline = _best_uniform_within(points, budget)[0]
-    if floor is not None:
-        meets = candidates & (front.quality >= floor - 1e-12)
-        if meets.any():
-            pick = int(np.flatnonzero(meets)[0])  # ascending cost: the first is the cheapest
-        elif candidates.any():
-            feasible = False
-            pick = int(np.flatnonzero(candidates)[np.argmax(front.quality[candidates])])
-        else:
-            pick = -1
-    else:
-        pick = int(np.flatnonzero(candidates)[np.argmax(front.quality[candidates])]) if (
-            candidates.any()
-        ) else -1
-    if pick < 0:
-        return _fallback(baseline, c, costs, floor, budget, False, "no routed policy fits")
-    cost, quality = float(front.cost[pick]), float(front.quality[pick])
-    if floor is not None:
-        pays = cost <= baseline.cost * (1.0 - min_saving) and quality >= floor - 1e-12
-        judged = f"cost {cost:.4f} vs uniform {baseline.cost:.4f} at the floor {floor:.4f}"
-    else:
-        pays = quality > baseline.quality + 1e-12 and cost <= baseline.cost * (1.0 - min_saving) or (
-            quality >= baseline.quality + 0.005 and cost <= baseline.cost + 1e-12
-        )
-        judged = f"quality {quality:.4f} vs uniform {baseline.quality:.4f} within the budget"
-    if not pays:
+    floor = quality_floor(c, alpha, relative) if alpha is not None else None
+    baseline, feasible = _baseline(points, floor, budget)
+    pick, reachable = _pick(front, floor, budget)
+    feasible = feasible and reachable
+    if pick is None:
         return _fallback(
             baseline,
-            c,
-            costs,
-            floor,
-            budget,
-            feasible,
+            len(costs),
+            floor=floor,
+            budget=budget,
+            feasible=False,
+            message="no routed policy fits",
+        )
+    cost, quality = float(front.cost[pick]), float(front.quality[pick])
+    if floor is not None:
+        pays = cost <= baseline.cost * (1.0 - min_saving) and quality >= floor - _TOL
+        judged = f"cost {cost:.4f} vs uniform {baseline.cost:.4f} at the floor {floor:.4f}"
+    else:
+        # Dual: the quality bought must be at least min_saving of the cheapest-to-top gap.
+        gap = max(points[-1].quality - points[0].quality, 0.0)
+        pays = quality >= baseline.quality + max(min_saving * gap, 1e-9)
+        judged = f"quality {quality:.4f} vs uniform {baseline.quality:.4f} within the budget"
+    if not pays:
+        message = (
             f"routing does not beat the uniform tier on validation ({judged}); "
-            "returning thresholds that send everything to that tier",
+            "returning thresholds that send everything to that tier"
+        )
+        return _fallback(
+            baseline, len(costs), floor=floor, budget=budget, feasible=feasible, message=message
         )
     thresholds = thresholds_for(float(front.lam[pick]), costs)
     return TuneResult(
@@ -188,10 +176,39 @@ def tune(
     )
 
 
+def _baseline(
+    points: Sequence[UniformPoint], floor: float | None, budget: float | None
+) -> tuple[UniformPoint, bool]:
+    """The honest uniform comparison: cheapest meeting the floor, else best within budget."""
+    if floor is not None:
+        meeting = [pt for pt in points if pt.quality >= floor - _TOL]
+        if meeting and (budget is None or min(pt.cost for pt in meeting) <= budget + _TOL):
+            return min(meeting, key=lambda pt: pt.cost), True
+        if budget is None:
+            return max(points, key=lambda pt: (pt.quality, -pt.cost)), False
+        return _best_uniform_within(points, budget)[0], False
+    return _best_uniform_within(points, budget)
+
+
+def _pick(front: Frontier, floor: float | None, budget: float | None) -> tuple[int | None, bool]:
+    """Index of the chosen frontier point and whether it meets the floor."""
+    candidates = np.ones(front.cost.shape[0], dtype=bool)
+    if budget is not None:
+        candidates &= front.cost <= budget + _TOL
+    if not candidates.any():
+        return None, False
+    if floor is not None:
+        meets = candidates & (front.quality >= floor - _TOL)
+        if meets.any():
+            return int(np.flatnonzero(meets)[0]), True  # ascending cost: first is cheapest
+    best = np.flatnonzero(candidates)[np.argmax(front.quality[candidates])]
+    return int(best), floor is None
+
+
 def _best_uniform_within(
     points: Sequence[UniformPoint], budget: float | None
 ) -> tuple[UniformPoint, bool]:
-    fitting = [pt for pt in points if budget is None or pt.cost <= budget + 1e-12]
+    fitting = [pt for pt in points if budget is None or pt.cost <= budget + _TOL]
     if not fitting:
         return points[0], False
     return max(fitting, key=lambda pt: (pt.quality, -pt.cost)), True
@@ -199,17 +216,16 @@ def _best_uniform_within(
 
 def _fallback(
     baseline: UniformPoint,
-    correct: np.ndarray,  # type: ignore[type-arg]
-    costs: Sequence[float],
+    n_tiers: int,
+    *,
     floor: float | None,
     budget: float | None,
     feasible: bool,
     message: str,
 ) -> TuneResult:
-    k = len(costs)
-    shares = tuple(1.0 if t == baseline.tier else 0.0 for t in range(k))
+    shares = tuple(1.0 if t == baseline.tier else 0.0 for t in range(n_tiers))
     return TuneResult(
-        thresholds=uniform_thresholds(baseline.tier, k),
+        thresholds=uniform_thresholds(baseline.tier, n_tiers),
         expected_cost=baseline.cost,
         expected_quality=baseline.quality,
         lam=None,
@@ -224,7 +240,7 @@ def _fallback(
     )
 
 
-def _shares(proba: np.ndarray, thresholds: Sequence[float]) -> tuple[float, ...]:  # type: ignore[type-arg]
+def _shares(proba: NDArray[np.float64], thresholds: Sequence[float]) -> tuple[float, ...]:
     k = proba.shape[1]
     t = np.asarray(thresholds, dtype=np.float64)
     accepted = proba[:, :-1] >= t

@@ -6,11 +6,13 @@ the other `calibration_folds - 1` folds, fits the calibrators on those out-of-fo
 then trains the shipped scorer on all rows (scikit-learn's `CalibratedClassifierCV(ensemble=
 False)` recipe): no calibration score comes from a scorer that saw its row, and the scorer gets
 all the data, at the price of `calibration_folds + 1` scorer fits and a small mismatch (the final
-scorer is a little sharper than the fold scorers whose scores were calibrated). With `scorer_labels` the scorer is trained on a different data set and
-every row of `labels` calibrates it; rows of `scorer_labels` whose request text also occurs in
-`labels` are dropped first, so no calibration request was seen by the scorer. That is how the
-default model joins a large cross-model set (difficulty signal) with the small same-checkpoint
-precision set (what "adequate" means for precision tiers).
+scorer is a little sharper than the fold scorers whose scores were calibrated).
+
+With `scorer_labels` the scorer is trained on a different data set and every row of `labels`
+calibrates it; rows of `scorer_labels` whose request text also occurs in `labels` are dropped
+first, so no calibration request was seen by the scorer. That is how the default model joins a
+large cross-model set (difficulty signal) with the small same-checkpoint precision set (what
+"adequate" means for precision tiers).
 
 `cross_validate` runs the whole recipe per fold and returns out-of-fold probabilities.
 """
@@ -130,7 +132,9 @@ def _fit_crossfit(labels: LabelSet, cfg: TrainConfig, feats: FeatureMatrix) -> R
             "refitted on every row"
         ),
     }
-    return RouterModel(labels.tiers, scorer, calibration, cfg.spec, cfg.label, metadata)
+    return RouterModel(
+        labels.tiers, scorer, calibration, cfg.spec, label=cfg.label, metadata=metadata
+    )
 
 
 def fit_scorer_elsewhere(
@@ -166,10 +170,14 @@ def calibrate(
             else "a held-out split the scorer never trained on"
         ),
     }
-    return RouterModel(labels.tiers, scorer, calibration, config.spec, config.label, metadata)
+    return RouterModel(
+        labels.tiers, scorer, calibration, config.spec, label=config.label, metadata=metadata
+    )
 
 
-def _fit_scorer(config: TrainConfig, features: FeatureMatrix, target: NDArray[np.float64]) -> Scorer:
+def _fit_scorer(
+    config: TrainConfig, features: FeatureMatrix, target: NDArray[np.float64]
+) -> Scorer:
     usable = np.flatnonzero(np.isfinite(target))
     if usable.size < 10:
         raise ValueError("fewer than 10 rows with a difficulty label to train the scorer on")

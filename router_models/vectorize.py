@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from itertools import pairwise
 from typing import Any, Final, NamedTuple
 
 import numpy as np
@@ -76,7 +77,7 @@ class GramHasher:
             vals.extend([w_char] * (len(buckets) - 1))
         if spec.bigram_weight:
             w_bigram = spec.bigram_weight * scale
-            for first, second in dict.fromkeys(zip(toks, toks[1:], strict=False)):
+            for first, second in dict.fromkeys(pairwise(toks)):
                 cols.append(self.bigram_bucket(first, second))
                 vals.append(w_bigram)
         return cols, vals

@@ -1,7 +1,7 @@
 """`tiergate router`: train, evaluate and tune the difficulty router (router_models).
 
 ```
-tiergate router train    --data FILE [--data FILE ...] --tiers a,b,c --out DIR [--scorer linear|gbdt]
+tiergate router train    --data FILE [--data FILE ...] --tiers a,b,c --out DIR [--scorer S]
 tiergate router evaluate (--model DIR | --cv K) --data FILE --tiers a,b[,c] [--json] [--plot PNG]
 tiergate router tune     --model DIR --data FILE --alpha 0.95 [--budget B] [--json] [--plot PNG]
 ```
@@ -82,6 +82,7 @@ SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of every split.")]
 
 @app.command()
 def train(
+    *,
     data: DataOpt,
     out: Annotated[Path, typer.Option("--out", help="Model directory to write.")],
     tiers: TiersOpt = None,
@@ -106,7 +107,7 @@ def train(
 ) -> None:
     """Train a router and write a model directory, its model card and a report."""
     with _errors():
-        from router_models.card import CardFacts, DataFacts, render_card
+        from router_models.card import CardFacts, render_card
         from router_models.training import TrainConfig, cross_validate, fit_router
 
         config = TrainConfig(
@@ -130,15 +131,29 @@ def train(
             if cv:
                 task = step(f"cross-validating {cv} folds", cv)
                 result = cross_validate(
-                    labels, config, cv, features=feats, scorer_labels=scorer_labels,
+                    labels,
+                    config,
+                    cv,
+                    features=feats,
+                    scorer_labels=scorer_labels,
                     on_fold=lambda _: task(1),
                 )
-                held_out = _evaluate_doc(result.proba, labels, ladder_costs, cost_source,
-                                         config.label, alpha)
+                held_out = _evaluate_doc(
+                    result.proba,
+                    labels=labels,
+                    costs=ladder_costs,
+                    cost_source=cost_source,
+                    label=config.label,
+                    alpha=alpha,
+                )
         data_facts = [_data_facts("calibration" if scorer_labels else "training", labels)]
         if scorer_labels is not None:
-            data_facts.insert(0, _data_facts("scorer training (requests also in the "
-                                             "calibration data removed)", scorer_labels))
+            data_facts.insert(
+                0,
+                _data_facts(
+                    "scorer training (requests also in the calibration data removed)", scorer_labels
+                ),
+            )
         report = {
             "config": config.as_dict(),
             "tiers": list(labels.tiers),
@@ -149,7 +164,9 @@ def train(
             "cross_validation": held_out,
         }
         model = model.with_metadata(
-            costs=report["costs"], costs_source=str(cost_source), data=report["data"],
+            costs=report["costs"],
+            costs_source=str(cost_source),
+            data=report["data"],
             cross_validation=_summary(held_out),
         )
         model.save(out)
@@ -170,13 +187,18 @@ def train(
         )
         (out / "MODEL_CARD.md").write_text(card)
         (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
-        summary = {"out": str(out), "tiers": list(labels.tiers), "rows": len(labels),
-                   "cross_validation": _summary(held_out)}
+        summary = {
+            "out": str(out),
+            "tiers": list(labels.tiers),
+            "rows": len(labels),
+            "cross_validation": _summary(held_out),
+        }
         _emit(summary, json_out, f"wrote {out} ({len(labels)} rows, tiers {labels.tiers})")
 
 
 @app.command()
 def evaluate(
+    *,
     data: DataOpt,
     model: Annotated[Path | None, typer.Option("--model", help="Model directory.")] = None,
     cv: Annotated[int | None, typer.Option("--cv", help="Train and test by K-fold.")] = None,
@@ -214,11 +236,22 @@ def evaluate(
                 feats = _featurize(step, labels, config)
                 task = step(f"cross-validating {cv} folds", cv)
                 proba = cross_validate(
-                    labels, config, cv, features=feats, scorer_labels=scorer_labels,
+                    labels,
+                    config,
+                    cv,
+                    features=feats,
+                    scorer_labels=scorer_labels,
                     on_fold=lambda _: task(1),
                 ).proba
             used_label = config.label
-        doc = _evaluate_doc(proba, labels, ladder_costs, cost_source, used_label, alpha)
+        doc = _evaluate_doc(
+            proba,
+            labels=labels,
+            costs=ladder_costs,
+            cost_source=cost_source,
+            label=used_label,
+            alpha=alpha,
+        )
         if plot is not None:
             _plot_from_doc(doc, plot)
         _emit(doc, json_out, _evaluate_text(doc))
@@ -226,6 +259,7 @@ def evaluate(
 
 @app.command()
 def tune(
+    *,
     model: Annotated[Path, typer.Option("--model", help="Model directory.")],
     data: DataOpt,
     alpha: Annotated[
@@ -259,7 +293,12 @@ def tune(
         complete = ~_any_nan(labels.correct)
         p, c = proba[complete], labels.correct[complete]
         result = tune_thresholds(
-            p, c, ladder_costs, alpha=alpha, budget=budget, relative=not absolute_alpha,
+            p,
+            c,
+            ladder_costs,
+            alpha=alpha,
+            budget=budget,
+            relative=not absolute_alpha,
             min_saving=min_saving,
         )
         front = routed_frontier(p, c, ladder_costs)
@@ -405,12 +444,23 @@ def _any_nan(array: Any) -> Any:
 
 
 def _evaluate_doc(
-    proba: Any, labels: LabelSet, costs: Sequence[float], cost_source: str, label: Any, alpha: float
+    proba: Any,
+    *,
+    labels: LabelSet,
+    costs: Sequence[float],
+    cost_source: str,
+    label: Any,
+    alpha: float,
 ) -> dict[str, Any]:
     from router_models.evaluation import evaluate as evaluate_proba
 
     doc = evaluate_proba(
-        proba, labels.correct, labels.tiers, costs, label=label, alpha=alpha,
+        proba,
+        labels.correct,
+        labels.tiers,
+        costs,
+        label=label,
+        alpha=alpha,
         cost_source=cost_source,
     )
     doc["data"] = {"files": dict(labels.files), "sources": dict(labels.sources)}
@@ -506,17 +556,34 @@ def _plot(
     ax.plot(static.cost, static.quality, "--", label="static random split", lw=1.2)
     uniform = doc.get("uniform") or []
     if uniform:
-        ax.scatter([u["cost"] for u in uniform], [u["quality"] for u in uniform], color="k",
-                   zorder=3, label="uniform tiers")
+        ax.scatter(
+            [u["cost"] for u in uniform],
+            [u["quality"] for u in uniform],
+            color="k",
+            zorder=3,
+            label="uniform tiers",
+        )
         for u in uniform:
-            ax.annotate(u["tier"], (u["cost"], u["quality"]), textcoords="offset points",
-                        xytext=(4, -10), fontsize=8)
+            ax.annotate(
+                u["tier"],
+                (u["cost"], u["quality"]),
+                textcoords="offset points",
+                xytext=(4, -10),
+                fontsize=8,
+            )
     floor = doc.get("quality_floor")
     if floor is not None:
         ax.axhline(floor, color="grey", lw=0.8, ls=":", label="quality floor")
     if "expected_cost" in doc:
-        ax.scatter([doc["expected_cost"]], [doc["expected_quality"]], marker="*", s=140,
-                   color="tab:red", zorder=4, label="tuned thresholds")
+        ax.scatter(
+            [doc["expected_cost"]],
+            [doc["expected_quality"]],
+            marker="*",
+            s=140,
+            color="tab:red",
+            zorder=4,
+            label="tuned thresholds",
+        )
     ax.set_xlabel("mean relative cost per request")
     ax.set_ylabel("quality (mean score)")
     ax.set_title(f"cost-quality frontiers: {', '.join(tiers)}")

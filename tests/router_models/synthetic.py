@@ -34,9 +34,7 @@ def two_type_labels(
     top = (rng.random(n) < q_top).astype(np.float64)
     loss = np.where(easy, eps, delta)
     cheap = np.where(rng.random(n) < loss, 0.0, top)
-    middle = [
-        np.where(rng.random(n) < loss / 2.0, 0.0, top) for _ in range(len(tiers) - 2)
-    ]
+    middle = [np.where(rng.random(n) < loss / 2.0, 0.0, top) for _ in range(len(tiers) - 2)]
     correct = np.column_stack([cheap, *middle, top])
     requests = tuple(_request(rng, bool(e)) for e in easy)
     ids = tuple(f"syn-{i}" for i in range(n))

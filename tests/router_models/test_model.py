@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +31,7 @@ def test_interface(linear_model: RouterModel, three_tier: LabelSet) -> None:
     assert linear_model.tiers == ("nvfp4", "w4a16", "bf16")
     p = linear_model.predict_proba_one(three_tier.requests[0])
     assert len(p) == 3 and p[-1] == 1.0
-    assert all(a <= b for a, b in zip(p, p[1:], strict=False))
+    assert all(a <= b for a, b in pairwise(p))
     assert isinstance(linear_model.score_one(three_tier.requests[0]), float)
     assert linear_model.predict_proba(three_tier.requests[:5]).shape == (5, 3)
 
@@ -41,8 +42,9 @@ def test_odd_requests_route(linear_model: RouterModel, request_body: dict[str, o
     assert all(0.0 <= x <= 1.0 and not math.isnan(x) for x in p)
 
 
-def test_save_load_round_trip(tmp_path: Path, linear_model: RouterModel, gbdt_model: RouterModel,
-                              three_tier: LabelSet) -> None:
+def test_save_load_round_trip(
+    tmp_path: Path, linear_model: RouterModel, gbdt_model: RouterModel, three_tier: LabelSet
+) -> None:
     for model in (linear_model, gbdt_model):
         out = model.save(tmp_path / model.scorer.name)
         again = RouterModel.load(out)
@@ -62,7 +64,9 @@ def test_with_calibration_keeps_the_scorer(linear_model: RouterModel, three_tier
     assert other.predict_proba_one(three_tier.requests[0])[:2] == (0.5, 0.5)
 
 
-def test_tampered_or_incomplete_directories_are_refused(tmp_path: Path, linear_model: RouterModel) -> None:
+def test_tampered_or_incomplete_directories_are_refused(
+    tmp_path: Path, linear_model: RouterModel
+) -> None:
     out = linear_model.save(tmp_path / "m")
     with pytest.raises(ModelFormatError, match="not a router model"):
         RouterModel.load(tmp_path)
@@ -80,7 +84,7 @@ def test_tampered_or_incomplete_directories_are_refused(tmp_path: Path, linear_m
 def test_object_arrays_are_never_unpickled(tmp_path: Path, linear_model: RouterModel) -> None:
     out = linear_model.save(tmp_path / "m")
     arrays = out / ARRAYS_FILE
-    np.savez(arrays, **{"scorer__gram_coef": np.array([object()], dtype=object)}, allow_pickle=True)
+    np.savez(arrays, scorer__gram_coef=np.array([object()], dtype=object), allow_pickle=True)
     doc = json.loads((out / MODEL_FILE).read_text())
     from router_models.model_io import _sha256
 

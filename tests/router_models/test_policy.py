@@ -12,7 +12,9 @@ probs = st.lists(st.floats(0, 1), min_size=2, max_size=6)
 
 
 @given(probs, st.data())
-def test_decide_is_the_first_tier_clearing_its_threshold(p: list[float], data: st.DataObject) -> None:
+def test_decide_is_the_first_tier_clearing_its_threshold(
+    p: list[float], data: st.DataObject
+) -> None:
     t = data.draw(st.lists(st.floats(0, 1), min_size=len(p) - 1, max_size=len(p) - 1))
     k = decide(p, t)
     assert 0 <= k < len(p)
@@ -28,7 +30,9 @@ def test_zero_thresholds_pick_the_cheapest_and_raised_ones_the_top(p: list[float
 
 
 @given(probs, st.data())
-def test_raising_a_threshold_never_moves_a_request_down(p: list[float], data: st.DataObject) -> None:
+def test_raising_a_threshold_never_moves_a_request_down(
+    p: list[float], data: st.DataObject
+) -> None:
     t = data.draw(st.lists(st.floats(0, 1), min_size=len(p) - 1, max_size=len(p) - 1))
     j = data.draw(st.integers(0, len(p) - 2))
     raised = list(t)

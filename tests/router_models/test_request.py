@@ -13,7 +13,9 @@ from router_models.request import content_text, view_request
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
     max_leaves=12,
 )
 
@@ -25,7 +27,10 @@ def test_chat_view_reads_roles_system_and_last_user_turn() -> None:
             {"role": "user", "content": "first question"},
             {"role": "assistant", "content": None, "tool_calls": [{"id": "1"}, {"id": "2"}]},
             {"role": "tool", "content": "42", "tool_call_id": "1"},
-            {"role": "user", "content": [{"type": "text", "text": "second"}, {"type": "image_url"}]},
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "second"}, {"type": "image_url"}],
+            },
         ],
         "tools": [{"type": "function", "function": {"name": "f"}}],
         "response_format": {"type": "json_object"},
@@ -54,12 +59,17 @@ def test_completion_prompt_shapes() -> None:
 
 
 def test_text_format_response_is_not_structured_output() -> None:
-    assert not view_request({"prompt": "x", "response_format": {"type": "text"}}).has_response_format
+    assert not view_request(
+        {"prompt": "x", "response_format": {"type": "text"}}
+    ).has_response_format
 
 
 def test_content_text_of_parts() -> None:
     assert content_text(None) == ("", 0)
-    assert content_text([{"type": "text", "text": "a"}, "b", {"type": "input_audio"}]) == ("a\nb", 1)
+    assert content_text([{"type": "text", "text": "a"}, "b", {"type": "input_audio"}]) == (
+        "a\nb",
+        1,
+    )
 
 
 def test_absent_sampling_parameters_are_nan_and_defaults() -> None:
@@ -69,8 +79,23 @@ def test_absent_sampling_parameters_are_nan_and_defaults() -> None:
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.dictionaries(st.sampled_from(["messages", "prompt", "tools", "n", "max_tokens",
-                                         "temperature", "response_format", "x"]), json_values))
+@given(
+    st.dictionaries(
+        st.sampled_from(
+            [
+                "messages",
+                "prompt",
+                "tools",
+                "n",
+                "max_tokens",
+                "temperature",
+                "response_format",
+                "x",
+            ]
+        ),
+        json_values,
+    )
+)
 def test_never_raises_and_features_are_finite(request: dict[str, Any]) -> None:
     features = dense_features_of(request)
     assert len(features) == len(DENSE_NAMES)
@@ -78,8 +103,11 @@ def test_never_raises_and_features_are_finite(request: dict[str, Any]) -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.dictionaries(st.sampled_from(["role", "content", "tool_calls"]), json_values),
-                max_size=5))
+@given(
+    st.lists(
+        st.dictionaries(st.sampled_from(["role", "content", "tool_calls"]), json_values), max_size=5
+    )
+)
 def test_odd_messages_never_raise(messages: list[dict[str, Any]]) -> None:
     features = dense_features_of({"messages": messages})
     assert all(math.isfinite(x) for x in features)

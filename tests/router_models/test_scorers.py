@@ -8,11 +8,11 @@ from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 
 from router_models.data import LabelSet
+from router_models.features import dense_features
 from router_models.labels import difficulty
 from router_models.model import RouterModel
 from router_models.ngrams import GramSpec, tokens
 from router_models.request import view_request
-from router_models.features import dense_features
 from router_models.scorers import SCORERS, GBDTScorer, LinearScorer, make_scorer, scorer_from_state
 from router_models.vectorize import featurize
 
@@ -22,7 +22,9 @@ def lean_scores(model: RouterModel, labels: LabelSet) -> np.ndarray:
 
 
 @pytest.mark.parametrize("fixture", ["linear_model", "gbdt_model"])
-def test_lean_equals_batch(fixture: str, request: pytest.FixtureRequest, three_tier: LabelSet) -> None:
+def test_lean_equals_batch(
+    fixture: str, request: pytest.FixtureRequest, three_tier: LabelSet
+) -> None:
     model: RouterModel = request.getfixturevalue(fixture)
     batch = model.score(three_tier.requests)
     lean = lean_scores(model, three_tier)
@@ -37,10 +39,14 @@ def test_batch_equals_sklearn_estimators(
     lin = linear_model.scorer
     assert isinstance(lin, LinearScorer)
     feats = linear_model.features(three_tier.requests)
-    np.testing.assert_allclose(lin.score(feats), lin.estimator_.predict(lin._design(feats)), atol=1e-12)
+    np.testing.assert_allclose(
+        lin.score(feats), lin.estimator_.predict(lin._design(feats)), atol=1e-12
+    )
     gb = gbdt_model.scorer
     assert isinstance(gb, GBDTScorer)
-    np.testing.assert_allclose(gb.score(feats), gb.estimator_.predict(gb.stacked(feats)), atol=1e-12)
+    np.testing.assert_allclose(
+        gb.score(feats), gb.estimator_.predict(gb.stacked(feats)), atol=1e-12
+    )
 
 
 def test_probabilities_lean_equal_batch(linear_model: RouterModel, three_tier: LabelSet) -> None:

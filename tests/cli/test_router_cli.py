@@ -1,0 +1,191 @@
+"""`tiergate router train|evaluate|tune`: outputs, clean --json, one-line errors with exit 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gateway.cli.main import app
+from router_models.model import RouterModel
+from tests.router_models.synthetic import two_type_labels, write_jsonl
+
+runner = CliRunner()
+TIERS = "nvfp4,w4a16,bf16"
+
+
+@pytest.fixture(scope="module")
+def data_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    labels, _ = two_type_labels(600, 0.6, 0.03, 0.5, tiers=("nvfp4", "w4a16", "bf16"), seed=7)
+    return write_jsonl(tmp_path_factory.mktemp("data") / "labels.jsonl", labels)
+
+
+@pytest.fixture(scope="module")
+def model_dir(data_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("model") / "m"
+    result = runner.invoke(
+        app,
+        [
+            "router",
+            "train",
+            "--data",
+            str(data_file),
+            "--tiers",
+            TIERS,
+            "--out",
+            str(out),
+            "--json",
+        ],
+    )
+    assert result.exit_code == 0, result.stderr
+    json.loads(result.stdout)
+    return out
+
+
+def test_train_writes_model_card_and_report(model_dir: Path) -> None:
+    assert {"model.json", "arrays.npz", "MODEL_CARD.md", "report.json"} <= {
+        p.name for p in model_dir.iterdir()
+    }
+    card = (model_dir / "MODEL_CARD.md").read_text()
+    assert "synthetic (tests)" in card and "| 0 | nvfp4 | 0.25 |" in card
+    assert RouterModel.load(model_dir).tiers == ("nvfp4", "w4a16", "bf16")
+
+
+def test_evaluate_with_model_json(model_dir: Path, data_file: Path, tmp_path: Path) -> None:
+    plot = tmp_path / "f.png"
+    result = runner.invoke(
+        app,
+        [
+            "router",
+            "evaluate",
+            "--model",
+            str(model_dir),
+            "--data",
+            str(data_file),
+            "--tiers",
+            TIERS,
+            "--json",
+            "--plot",
+            str(plot),
+        ],
+    )
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["n"] == 600 and doc["tiers"] == ["nvfp4", "w4a16", "bf16"]
+    assert set(doc["per_tier"]) == {"nvfp4", "w4a16"}
+    assert doc["apgr"] is not None and plot.stat().st_size > 1000
+
+
+def test_evaluate_cv(data_file: Path) -> None:
+    result = runner.invoke(
+        app,
+        ["router", "evaluate", "--cv", "3", "--data", str(data_file), "--tiers", TIERS, "--json"],
+    )
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["per_tier"]["nvfp4"]["auc"] > 0.7  # the words give the type away
+
+
+def test_tune_json_and_plot(model_dir: Path, data_file: Path, tmp_path: Path) -> None:
+    plot = tmp_path / "t.png"
+    result = runner.invoke(
+        app,
+        [
+            "router",
+            "tune",
+            "--model",
+            str(model_dir),
+            "--data",
+            str(data_file),
+            "--alpha",
+            "0.97",
+            "--json",
+            "--plot",
+            str(plot),
+        ],
+    )
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert set(doc["thresholds"]) == {"nvfp4", "w4a16"}
+    assert doc["expected_quality"] >= doc["quality_floor"] - 1e-12
+    assert plot.stat().st_size > 1000
+
+
+def bad_file(tmp_path: Path, body: str, name: str = "bad.jsonl") -> Path:
+    path = tmp_path / name
+    path.write_text(body)
+    return path
+
+
+GOOD = '{"messages": [{"role": "user", "content": "x"}], "correct": {"a": 1, "b": 1}}'
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        (GOOD + "\n{oops\n", "bad.jsonl:2: invalid JSON"),
+        (GOOD + '\n{"prompt": "y", "correct": {"a": 1}}\n', "bad.jsonl:2: tier(s) b missing"),
+        ('{"prompt": "y", "correct": {"a": 2, "b": 1}}\n', "bad.jsonl:1: score for tier 'a'"),
+        ("", "bad.jsonl: no label rows (empty file)"),
+    ],
+)
+@pytest.mark.parametrize("command", ["train", "evaluate"])
+def test_malformed_input_is_one_line_exit_2(
+    tmp_path: Path, body: str, fragment: str, command: str
+) -> None:
+    path = bad_file(tmp_path, body)
+    args = ["router", command, "--data", str(path), "--tiers", "a,b"]
+    args += ["--out", str(tmp_path / "m")] if command == "train" else ["--cv", "2"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert fragment in result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_missing_file_wrong_tiers_and_bad_model(
+    tmp_path: Path, model_dir: Path, data_file: Path
+) -> None:
+    missing = runner.invoke(
+        app,
+        [
+            "router",
+            "evaluate",
+            "--cv",
+            "2",
+            "--data",
+            str(tmp_path / "nope.jsonl"),
+            "--tiers",
+            "a,b",
+        ],
+    )
+    assert missing.exit_code == 2 and "no such file" in missing.stderr
+    wrong = runner.invoke(
+        app, ["router", "evaluate", "--cv", "2", "--data", str(data_file), "--tiers", "nvfp4,fp8"]
+    )
+    assert wrong.exit_code == 2 and "tier(s) fp8 missing" in wrong.stderr
+    not_model = runner.invoke(
+        app,
+        ["router", "tune", "--model", str(tmp_path), "--data", str(data_file), "--alpha", "0.9"],
+    )
+    assert not_model.exit_code == 2 and "not a router model directory" in not_model.stderr
+    both = runner.invoke(
+        app,
+        ["router", "evaluate", "--model", str(model_dir), "--cv", "2", "--data", str(data_file)],
+    )
+    assert both.exit_code == 2 and "exactly one of" in both.stderr
+    k_mismatch = runner.invoke(
+        app,
+        [
+            "router",
+            "evaluate",
+            "--model",
+            str(model_dir),
+            "--data",
+            str(data_file),
+            "--tiers",
+            "nvfp4,bf16",
+        ],
+    )
+    assert k_mismatch.exit_code == 2 and "has 3 tiers" in k_mismatch.stderr

@@ -1,0 +1,99 @@
+"""Label files: both formats, and one clear error with file and line for every defect."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from router_models.data import load_labels, parse_tiers
+from router_models.errors import LabelDataError
+from router_models.labels import adequacy, difficulty
+
+GOOD = {"id": "a", "messages": [{"role": "user", "content": "hi"}], "correct": {"x": 1, "y": 0.5}}
+
+
+def write(path: Path, lines: list[str]) -> Path:
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_reads_plain_and_gzip(tmp_path: Path) -> None:
+    plain = write(tmp_path / "a.jsonl", [json.dumps(GOOD), "", json.dumps({**GOOD, "id": "b"})])
+    packed = tmp_path / "b.jsonl.gz"
+    with gzip.open(packed, "wt") as handle:
+        handle.write(json.dumps({**GOOD, "correct": {"y": 1, "x": None}}) + "\n")
+    labels = load_labels([plain, packed], ["x", "y"])
+    assert labels.tiers == ("x", "y") and len(labels) == 3
+    assert np.isnan(labels.correct[2, 0]) and labels.correct[2, 1] == 1.0
+    assert labels.files == {str(plain): 2, str(packed): 1}
+    assert "correct" not in labels.requests[0] and "messages" in labels.requests[0]
+
+
+def test_ladder_defaults_to_the_first_rows_order(tmp_path: Path) -> None:
+    assert load_labels([write(tmp_path / "a.jsonl", [json.dumps(GOOD)])]).tiers == ("x", "y")
+
+
+@pytest.mark.parametrize(
+    ("lines", "line", "fragment"),
+    [
+        ([json.dumps(GOOD), "{not json"], 2, "invalid JSON"),
+        ([json.dumps(GOOD), "[1, 2]"], 2, "JSON object"),
+        ([json.dumps({**GOOD, "correct": {"x": 1}})], 1, "tier(s) y missing"),
+        ([json.dumps({**GOOD, "correct": {"x": 1.5, "y": 1}})], 1, "outside [0, 1]"),
+        ([json.dumps({**GOOD, "correct": {"x": "yes", "y": 1}})], 1, "not a number"),
+        ([json.dumps({"correct": {"x": 1, "y": 1}})], 1, "neither 'messages' nor 'prompt'"),
+        ([json.dumps({**GOOD, "messages": "hi"})], 1, "list of objects"),
+        (
+            [json.dumps(GOOD), json.dumps({k: v for k, v in GOOD.items() if k != "correct"})],
+            2,
+            "missing 'correct'",
+        ),
+    ],
+)
+def test_malformed_rows_name_file_and_line(
+    tmp_path: Path, lines: list[str], line: int, fragment: str
+) -> None:
+    path = write(tmp_path / "bad.jsonl", lines)
+    with pytest.raises(LabelDataError) as info:
+        load_labels([path], ["x", "y"])
+    assert info.value.line == line
+    assert str(info.value).startswith(f"{path}:{line}: ")
+    assert fragment in str(info.value)
+
+
+def test_wrong_tier_names(tmp_path: Path) -> None:
+    path = write(tmp_path / "a.jsonl", [json.dumps(GOOD)])
+    with pytest.raises(LabelDataError, match=r"a.jsonl:1: tier\(s\) fp16 missing .*has: x, y"):
+        load_labels([path], ["x", "fp16"])
+
+
+def test_empty_missing_and_corrupt_files(tmp_path: Path) -> None:
+    with pytest.raises(LabelDataError, match="empty file"):
+        load_labels([write(tmp_path / "e.jsonl", [""])], ["x", "y"])
+    with pytest.raises(LabelDataError, match="no such file"):
+        load_labels([tmp_path / "none.jsonl"], ["x", "y"])
+    bad = tmp_path / "c.jsonl.gz"
+    bad.write_bytes(b"not gzip at all")
+    with pytest.raises(LabelDataError, match="cannot read"):
+        load_labels([bad], ["x", "y"])
+
+
+def test_parse_tiers() -> None:
+    assert parse_tiers(" a, b ,c") == ("a", "b", "c")
+    for bad in ("a", "a,,b", "a,a"):
+        with pytest.raises(ValueError):
+            parse_tiers(bad)
+
+
+def test_relative_and_absolute_labels() -> None:
+    correct = np.array([[1.0, 0.0, 1.0], [0.0, 1.0, 1.0], [0.0, 0.0, 0.0], [np.nan, 1.0, 1.0]])
+    rel = adequacy(correct)
+    np.testing.assert_array_equal(rel[:3], [[1, 0], [0, 1], [1, 1]])
+    assert np.isnan(rel[3, 0]) and rel[3, 1] == 1.0
+    np.testing.assert_array_equal(adequacy(correct, "absolute")[:3], correct[:3])
+    np.testing.assert_allclose(difficulty(correct)[:3], [0.5, 0.5, 0.0])
+    assert difficulty(np.array([[1.0, 0.0]]))[0] == -1.0

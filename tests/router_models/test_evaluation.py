@@ -1,0 +1,76 @@
+"""Evaluation metrics: APGR/CPT (RouteLLM definitions), ECE, Brier, the evaluate document."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from router_models.evaluation import apgr_cpt, evaluate, expected_calibration_error, static_apgr
+
+
+def pair(n: int = 20_000, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    weak = (rng.random(n) < 0.65).astype(float)
+    strong = np.maximum(weak, (rng.random(n) < 0.5).astype(float))
+    return np.column_stack([weak, strong])
+
+
+def as_proba(risk: np.ndarray) -> np.ndarray:
+    return np.column_stack([1.0 - risk, np.ones_like(risk)])
+
+
+def test_random_router_scores_one_half_and_oracle_more() -> None:
+    correct = pair()
+    rng = np.random.default_rng(1)
+    apgr, (cpt50, _) = apgr_cpt(as_proba(rng.random(len(correct))), correct, (0.5, 1.0))
+    assert apgr == pytest.approx(0.5, abs=0.02)
+    assert cpt50 == pytest.approx(0.5, abs=0.03)
+    gain = correct[:, 1] - correct[:, 0]
+    oracle, (oracle50, _) = apgr_cpt(as_proba(gain * 0.9), correct, (0.5, 1.0))
+    assert oracle > 0.9 and oracle50 < 0.2
+    assert static_apgr(correct, (0.5, 1.0)) == pytest.approx(0.5)
+
+
+def test_apgr_equals_the_routellm_computation_for_two_tiers() -> None:
+    correct = pair(2000, 3)
+    rng = np.random.default_rng(4)
+    score = rng.random(2000) + 0.3 * (correct[:, 1] - correct[:, 0])
+    apgr, _ = apgr_cpt(as_proba(score / score.max()), correct, (0.25, 1.0))
+    # RouteLLM: send the top-scored share to the strong model, PGR against that share.
+    order = np.argsort(-score)
+    gain = (correct[:, 1] - correct[:, 0])[order]
+    acc = (correct[:, 0].sum() + np.r_[0, np.cumsum(gain)]) / 2000
+    pgr = (acc - correct[:, 0].mean()) / (correct[:, 1].mean() - correct[:, 0].mean())
+    assert apgr == pytest.approx(np.trapezoid(pgr, np.arange(2001) / 2000), abs=1e-9)
+
+
+def test_ece() -> None:
+    assert expected_calibration_error([0.8] * 10, [1] * 8 + [0] * 2) == pytest.approx(0.0)
+    assert expected_calibration_error([0.9] * 10, [1] * 5 + [0] * 5) == pytest.approx(0.4)
+
+
+def test_evaluate_document_has_the_promised_keys() -> None:
+    correct = np.column_stack([pair(3000)[:, :1], pair(3000)[:, 1:], pair(3000)[:, 1:]])
+    rng = np.random.default_rng(0)
+    proba = np.sort(rng.random((3000, 3)), axis=1)
+    proba[:, -1] = 1.0
+    doc = evaluate(proba, correct, ("nvfp4", "w4a16", "bf16"), (0.25, 0.25 + 1e-3, 1.0))
+    for key in (
+        "n",
+        "tiers",
+        "per_tier",
+        "apgr",
+        "cpt50",
+        "cpt80",
+        "frontier",
+        "static_frontier",
+        "uniform_baseline",
+        "pretest",
+    ):
+        assert key in doc
+    assert set(doc["per_tier"]) == {"nvfp4", "w4a16"}
+    assert set(doc["per_tier"]["nvfp4"]) >= {"auc", "ece", "brier"}
+    assert set(doc["pretest"]) >= {"p", "eps", "delta", "predicted_saving", "measured_saving"}
+    assert set(doc["uniform_baseline"]) == {"tier", "quality", "cost"}
+    assert all(set(p) == {"cost", "quality"} for p in doc["frontier"])
+    assert len(doc["frontier"]) <= 101

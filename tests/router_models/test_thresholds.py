@@ -1,0 +1,136 @@
+"""Frontiers, tune and the two-type pre-test on synthetic data with a known answer."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from router_models.frontier import routed_frontier, static_frontier, thresholds_for
+from router_models.policy import decide
+from router_models.pretest import pretest, split_two_types, two_type_saving
+from router_models.thresholds import quality_floor, tune, uniform_baseline
+
+COSTS = (0.25, 1.0)
+
+
+def two_types(
+    n: int, p: float, eps: float, delta: float, *, q_top: float = 0.9, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Correctness and the oracle's calibrated probabilities for the two-type model."""
+    rng = np.random.default_rng(seed)
+    easy = rng.random(n) < p
+    top = (rng.random(n) < q_top).astype(float)
+    loss = np.where(easy, eps, delta)
+    cheap = np.where(rng.random(n) < loss, 0.0, top)
+    # P(cheap >= top) for the type: it fails only where top is right.
+    p_cheap = 1.0 - loss * q_top
+    proba = np.column_stack([p_cheap, np.ones(n)])
+    return proba, np.column_stack([cheap, top]), easy
+
+
+def apply(proba: np.ndarray, correct: np.ndarray, costs, thresholds) -> tuple[float, float]:
+    chosen = np.array([decide(row, thresholds) for row in proba])
+    return float(np.asarray(costs)[chosen].mean()), float(
+        correct[np.arange(len(chosen)), chosen].mean()
+    )
+
+
+def test_measured_saving_matches_closed_form() -> None:
+    p, eps, delta, q_top = 0.7, 0.05, 0.5, 0.9
+    proba, correct, _ = two_types(40_000, p, eps, delta, q_top=q_top)
+    test = pretest(proba, correct, COSTS)
+    expected = two_type_saving(p, eps * q_top, delta * q_top, COSTS[1] - COSTS[0])
+    assert test.p == pytest.approx(p, abs=0.01)
+    assert test.eps == pytest.approx(eps * q_top, abs=0.01)
+    assert test.delta == pytest.approx(delta * q_top, abs=0.02)
+    assert test.predicted_saving == pytest.approx(expected, abs=0.02)
+    # Sampling error of the measured saving at n=40k is about 0.01 (its bootstrap interval).
+    assert test.measured_saving == pytest.approx(expected, abs=0.03)
+    low, high = test.measured_ci
+    assert low <= expected <= high or abs(test.measured_saving - expected) < 0.01
+    assert test.routing_pays
+
+
+def test_homogeneous_traffic_predicts_no_saving() -> None:
+    assert two_type_saving(0.0, 0.1, 0.5, 1.0) == 0.0
+    assert two_type_saving(1.0, 0.1, 0.5, 1.0) == 0.0
+    assert two_type_saving(0.5, 0.3, 0.3, 1.0) == 0.0
+    proba, correct, _ = two_types(5000, 0.5, 0.2, 0.2)
+    test = pretest(proba, correct, COSTS)
+    assert test.predicted_saving < 0.02 and not test.routing_pays
+
+
+def test_two_means_recovers_separated_groups() -> None:
+    risk = np.r_[np.full(30, 0.1), np.full(70, 0.9)] + np.linspace(0, 0.01, 100)
+    easy = split_two_types(risk)
+    assert easy[:30].all() and not easy[30:].any()
+
+
+def test_routed_frontier_is_concave_and_above_the_static_split() -> None:
+    proba, correct, _ = two_types(20_000, 0.6, 0.05, 0.6)
+    routed = routed_frontier(proba, correct, COSTS)
+    static = static_frontier(correct, COSTS)
+    slopes = np.diff(routed.quality) / np.diff(routed.cost)
+    assert np.all(np.diff(slopes) <= 1e-9)  # concave: slopes fall as cost rises
+    static_at = np.interp(routed.cost, static.cost, static.quality)
+    assert np.all(routed.quality >= static_at - 1e-12)
+    assert routed.cost[0] == pytest.approx(0.25) and routed.cost[-1] == pytest.approx(1.0)
+
+
+def test_frontier_points_are_what_decide_does() -> None:
+    rng = np.random.default_rng(3)
+    proba = np.sort(rng.random((500, 3)), axis=1)
+    proba[:, -1] = 1.0
+    correct = (rng.random((500, 3)) < [0.6, 0.7, 0.8]).astype(float)
+    costs = (0.25, 0.5, 1.0)
+    front = routed_frontier(proba, correct, costs)
+    for i in range(0, len(front.lam), max(1, len(front.lam) // 25)):
+        cost, quality = apply(proba, correct, costs, thresholds_for(front.lam[i], costs))
+        assert cost == pytest.approx(front.cost[i], abs=1e-12)
+        assert quality == pytest.approx(front.quality[i], abs=1e-12)
+
+
+def test_tune_meets_the_floor_at_least_cost_and_beats_uniform() -> None:
+    proba, correct, _ = two_types(20_000, 0.7, 0.02, 0.5)
+    result = tune(proba, correct, COSTS, alpha=0.97)
+    floor = quality_floor(correct, 0.97)
+    assert result.routing_pays and result.feasible
+    assert result.expected_quality >= floor
+    assert result.expected_cost < result.baseline.cost
+    cost, quality = apply(proba, correct, COSTS, result.thresholds)
+    assert cost == pytest.approx(result.expected_cost, abs=1e-12)
+    assert quality == pytest.approx(result.expected_quality, abs=1e-12)
+
+
+def test_tune_falls_back_to_the_uniform_tier_when_routing_does_not_pay() -> None:
+    rng = np.random.default_rng(5)
+    n = 5000
+    correct = (rng.random((n, 2)) < 0.8).astype(float)  # no structure to exploit
+    proba = np.column_stack([rng.uniform(0.6, 0.9, n), np.ones(n)])  # an uninformative router
+    result = tune(proba, correct, COSTS, alpha=0.99)
+    baseline, _ = uniform_baseline(correct, COSTS, quality_floor(correct, 0.99))
+    assert not result.routing_pays
+    assert "does not beat the uniform tier" in result.message
+    assert result.baseline == baseline
+    cost, quality = apply(proba, correct, COSTS, result.thresholds)
+    assert (cost, quality) == (pytest.approx(baseline.cost), pytest.approx(baseline.quality))
+
+
+def test_cheapest_uniform_tier_meeting_the_floor() -> None:
+    correct = np.array([[1, 1, 1], [0, 1, 1], [1, 1, 1], [0, 0, 1]], dtype=float)
+    baseline, ok = uniform_baseline(correct, (0.25, 0.5, 1.0), 0.75)
+    assert ok and baseline.tier == 1 and baseline.quality == 0.75
+
+
+def test_budget_maximises_quality_within_it() -> None:
+    proba, correct, _ = two_types(20_000, 0.7, 0.02, 0.5)
+    result = tune(proba, correct, COSTS, budget=0.5)
+    assert result.expected_cost <= 0.5
+    assert result.routing_pays
+    assert result.expected_quality > correct[:, 0].mean() + 0.05
+
+
+def test_tune_needs_a_target() -> None:
+    proba, correct, _ = two_types(100, 0.5, 0.1, 0.5)
+    with pytest.raises(ValueError):
+        tune(proba, correct, COSTS)
