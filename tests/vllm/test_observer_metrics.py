@@ -149,29 +149,36 @@ def engine_concurrency(server: VllmServer) -> float:
 
 
 def test_observer_concurrency_is_the_engines(deployment: Deployment) -> None:
-    """Three streams held in the `prefix` engine, straight to vLLM (not through the
-    gateway): with a 1 s window, every observer scrape in it lands on the plateau, which our
-    own scrapes before and after the view bracket."""
+    """Six streams held in the `prefix` engine, straight to vLLM (not through the gateway):
+    with a 2 s window, every observer scrape in it lands on the plateau, which our own
+    scrapes before and after reading the view bracket."""
     server = deployment["prefix"]
-    window = {"window_s": 1.0, "bucket_s": 0.5, "scrape_interval_s": 0.2}
+    held = 6
+    window = {"window_s": 2.0, "bucket_s": 1.0, "scrape_interval_s": 0.2}
     stop = threading.Event()
     with observed_gateway(deployment, observer_overrides=window) as gw:
-        threads = hold_streams(server, 3, stop)
+        threads = hold_streams(server, held, stop)
         try:
-            wait_for(lambda: engine_concurrency(server) == 3, "three requests in the engine")
-            time.sleep(1.5)  # the window now holds plateau scrapes only
-            before = engine_concurrency(server)
-            view = admin_get(gw, "/admin/regime")["tiers"]
-            plan = admin_get(gw, "/admin/plan?refresh=1")["tiers"]
-            after = engine_concurrency(server)
+            wait_for(lambda: engine_concurrency(server) == held, f"{held} requests in the engine")
+            time.sleep(2.5)  # the window now holds plateau scrapes only
+
+            def bracketed() -> tuple[dict[str, Any], dict[str, Any]] | None:
+                before = engine_concurrency(server)
+                view = admin_get(gw, "/admin/regime")["tiers"]
+                plan = admin_get(gw, "/admin/plan?refresh=1")["tiers"]
+                after = engine_concurrency(server)
+                assert before == after == held, "the plateau ended before the view was read"
+                # A scrape can be late on two busy cores; the next view will have one.
+                return (view, plan) if view["prefix"]["concurrency"]["engine_mean"] else None
+
+            view, plan = wait_for(bracketed, "an observer scrape in the window", timeout_s=10)
         finally:
             stop.set()
             for thread in threads:
                 thread.join(timeout=30)
-    assert before == after == 3, "the plateau ended before the observer's view was read"
-    assert view["prefix"]["concurrency"]["engine_mean"] == 3.0
-    assert view["plain"]["concurrency"]["engine_mean"] == 0.0
-    assert view["spec"]["concurrency"]["engine_mean"] == 0.0
+    assert view["prefix"]["concurrency"]["engine_mean"] == held
+    assert view["plain"]["concurrency"]["engine_mean"] in {0.0, None}
+    assert view["spec"]["concurrency"]["engine_mean"] in {0.0, None}
     # No traffic went through the gateway, so the planner's C is the engine's.
-    assert plan["prefix"]["regime"]["concurrency"] == 3.0
+    assert plan["prefix"]["regime"]["concurrency"] == held
     wait_for(lambda: engine_concurrency(server) == 0, "the held streams to be aborted")
