@@ -19,6 +19,7 @@ below it when the probabilities rank requests correctly.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -43,6 +44,8 @@ class Frontier:
     cost: NDArray[np.float64]
     quality: NDArray[np.float64]
     lam: NDArray[np.float64]
+    paired_sq: NDArray[np.float64] | None = None  # see routed_frontier(reference=...)
+    n: int = 0  # requests behind the points
 
     def points(self) -> list[dict[str, float]]:
         return [
@@ -114,8 +117,17 @@ def static_frontier(correct: ArrayLike, costs: Sequence[float]) -> Frontier:
     )
 
 
-def routed_frontier(proba: ArrayLike, correct: ArrayLike, costs: Sequence[float]) -> Frontier:
-    """The exact frontier of the one-multiplier threshold family (module doc)."""
+def routed_frontier(
+    proba: ArrayLike,
+    correct: ArrayLike,
+    costs: Sequence[float],
+    reference: int | None = None,
+) -> Frontier:
+    """The exact frontier of the one-multiplier threshold family (module doc).
+
+    With `reference`, each point also carries the mean squared per-request quality difference
+    against sending everything to that tier (`Frontier.paired_sq`), for paired intervals.
+    """
     c = _complete(correct, costs)
     p = np.asarray(proba, dtype=np.float64)
     n, k_tiers = c.shape
@@ -126,40 +138,48 @@ def routed_frontier(proba: ArrayLike, correct: ArrayLike, costs: Sequence[float]
     # (n, K-1): multiplier at which tier k becomes acceptable; never when it saves nothing.
     mu = np.full((n, k_tiers - 1), np.inf)
     np.divide(1.0 - p[:, :-1], gap, out=mu, where=gap > 0)
-    rows = np.repeat(np.arange(n), k_tiers - 1)
-    tiers = np.tile(np.arange(k_tiers - 1), n)
     flat = mu.reshape(-1)
     order = np.argsort(flat, kind="stable")
-    rows, tiers, flat = rows[order], tiers[order], flat[order]
-    current = np.full(n, k_tiers - 1)
-    total_cost = float(cost[-1]) * n
+    # Plain lists: the event loop below indexes scalars, which numpy does slowly.
+    rows = (order // (k_tiers - 1)).tolist()
+    tiers = (order % (k_tiers - 1)).tolist()
+    lams = flat[order].tolist()
+    table = c.tolist()
+    cost_list = cost.tolist()
+    current = [k_tiers - 1] * n
+    total_cost = cost_list[-1] * n
     total_quality = float(c[:, -1].sum())
+    total_sq = 0.0 if reference is None else float(((c[:, -1] - c[:, reference]) ** 2).sum())
     out_cost = [total_cost / n]
     out_quality = [total_quality / n]
     out_lam = [0.0]
-    # Python loop over events, grouped by equal multiplier; n(K-1) events.
-    i = 0
-    m = flat.shape[0]
-    while i < m and np.isfinite(flat[i]):
-        j = i
-        lam = flat[i]
-        while j < m and flat[j] == lam:
-            r, t = rows[j], tiers[j]
+    out_sq = [total_sq / n]
+    i, m = 0, len(lams)
+    while i < m and math.isfinite(lams[i]):
+        lam = lams[i]
+        while i < m and lams[i] == lam:
+            r, t = rows[i], tiers[i]
             was = current[r]
             if t < was:
-                total_cost += cost[t] - cost[was]
-                total_quality += c[r, t] - c[r, was]
+                row = table[r]
+                total_cost += cost_list[t] - cost_list[was]
+                total_quality += row[t] - row[was]
+                if reference is not None:
+                    base = row[reference]
+                    total_sq += (row[t] - base) ** 2 - (row[was] - base) ** 2
                 current[r] = t
-            j += 1
+            i += 1
         out_cost.append(total_cost / n)
         out_quality.append(total_quality / n)
-        out_lam.append(float(lam))
-        i = j
+        out_lam.append(lam)
+        out_sq.append(total_sq / n)
     # Ascending cost: reverse the sweep (it ran from the top tier down).
     return Frontier(
         cost=np.asarray(out_cost[::-1]),
         quality=np.asarray(out_quality[::-1]),
         lam=np.asarray(out_lam[::-1]),
+        paired_sq=None if reference is None else np.asarray(out_sq[::-1]),
+        n=n,
     )
 
 
@@ -171,7 +191,8 @@ def thin(frontier: Frontier, max_points: int = 101) -> Frontier:
     grid = np.linspace(frontier.cost[0], frontier.cost[-1], max_points)
     idx = np.unique(np.clip(np.searchsorted(frontier.cost, grid), 0, n - 1))
     idx = np.unique(np.r_[0, idx, n - 1])
-    return Frontier(frontier.cost[idx], frontier.quality[idx], frontier.lam[idx])
+    sq = None if frontier.paired_sq is None else frontier.paired_sq[idx]
+    return Frontier(frontier.cost[idx], frontier.quality[idx], frontier.lam[idx], sq, frontier.n)
 
 
 def _complete(correct: ArrayLike, costs: Sequence[float]) -> NDArray[np.float64]:

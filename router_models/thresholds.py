@@ -4,14 +4,21 @@
 picks the cheapest point whose quality meets the floor `alpha` (by default a fraction of the top
 tier's uniform quality: alpha=0.97 means "97% of what the top tier scores"). It then compares
 with the cheapest UNIFORM tier that meets the same floor (Paper A: savings a global precision
-drop would give are not credited to routing). Unless routing saves at least `min_saving` of
-that tier's cost, `tune` says so and returns thresholds that send everything to that tier, so
-the result is never worse than the honest baseline on the validation data.
+drop would give are not credited to routing). Routing is kept only if it saves at least
+`min_saving` of that tier's cost AND, with one-sided `confidence`, its quality is not below what
+the floor allows against that tier: the lower bound of the paired per-request difference
+`quality(routed) - quality(uniform)` (normal approximation; most requests get the same answer
+from both, so the pairing makes the bound tight) must be at least `min(0, floor - q_uniform)`.
+Otherwise `tune` says so and returns thresholds that send everything to that tier. Without the
+paired check a frontier point that clears the floor by noise on a few hundred validation rows
+is chosen and then falls below the uniform tier on new data (benchmarks/router_quality.py showed
+exactly that on the 499-row Llama set).
 
 With a `budget` (mean relative cost per request) the dual is solved: the best quality whose
 cost is within the budget, against the best uniform tier within budget; routing must then add
-at least `min_saving` of the cheapest-to-top quality gap. With both, the
-cheapest policy meeting the floor within the budget, or the budget's best if none does.
+at least `min_saving` of the cheapest-to-top quality gap, and the paired lower bound of the
+difference must be above zero. With both, the cheapest policy meeting the floor within the
+budget, or the budget's best if none does.
 
 Re-exports the frontier helpers and the two-type pre-test so callers need one import.
 """
@@ -20,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from statistics import NormalDist
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -121,17 +129,24 @@ def tune(
     *,
     relative: bool = True,
     min_saving: float = 0.02,
+    confidence: float | None = 0.95,
 ) -> TuneResult:
-    """Thresholds meeting `alpha` at least cost (or best quality within `budget`); module doc."""
+    """Thresholds meeting `alpha` at least cost (or best quality within `budget`); module doc.
+
+    `confidence=None` judges on point estimates only.
+    """
     if alpha is None and budget is None:
         raise ValueError("give an accuracy floor alpha, a budget, or both")
     p = np.asarray(proba, dtype=np.float64)
     c = np.asarray(correct, dtype=np.float64)
-    front = routed_frontier(p, c, costs)
     points = uniform_points(c, costs)
     floor = quality_floor(c, alpha, relative) if alpha is not None else None
     baseline, feasible = _baseline(points, floor, budget)
-    pick, reachable = _pick(front, floor, budget)
+    front = routed_frontier(p, c, costs, reference=baseline.tier)
+    z = _z(confidence)
+    slack = 0.0 if floor is None else min(0.0, floor - baseline.quality)
+    lower = front.quality - baseline.quality - z * _paired_se(front, baseline.quality)
+    pick, reachable = _pick(front, floor, budget, lower >= slack - _TOL)
     feasible = feasible and reachable
     if pick is None:
         return _fallback(
@@ -143,14 +158,25 @@ def tune(
             message="no routed policy fits",
         )
     cost, quality = float(front.cost[pick]), float(front.quality[pick])
+    bound = float(lower[pick])
     if floor is not None:
-        pays = cost <= baseline.cost * (1.0 - min_saving) and quality >= floor - _TOL
-        judged = f"cost {cost:.4f} vs uniform {baseline.cost:.4f} at the floor {floor:.4f}"
+        pays = (
+            cost <= baseline.cost * (1.0 - min_saving)
+            and quality >= floor - _TOL
+            and bound >= slack - _TOL
+        )
+        judged = (
+            f"cost {cost:.4f} vs uniform {baseline.cost:.4f} at the floor {floor:.4f}; "
+            f"paired lower bound of the quality difference {bound:+.4f}, allowed {slack:+.4f}"
+        )
     else:
         # Dual: the quality bought must be at least min_saving of the cheapest-to-top gap.
         gap = max(points[-1].quality - points[0].quality, 0.0)
-        pays = quality >= baseline.quality + max(min_saving * gap, 1e-9)
-        judged = f"quality {quality:.4f} vs uniform {baseline.quality:.4f} within the budget"
+        pays = quality >= baseline.quality + max(min_saving * gap, 1e-9) and bound > 0.0
+        judged = (
+            f"quality {quality:.4f} vs uniform {baseline.quality:.4f} within the budget; "
+            f"paired lower bound of the difference {bound:+.4f}"
+        )
     if not pays:
         message = (
             f"routing does not beat the uniform tier on validation ({judged}); "
@@ -190,8 +216,14 @@ def _baseline(
     return _best_uniform_within(points, budget)
 
 
-def _pick(front: Frontier, floor: float | None, budget: float | None) -> tuple[int | None, bool]:
-    """Index of the chosen frontier point and whether it meets the floor."""
+def _pick(
+    front: Frontier, floor: float | None, budget: float | None, trusted: NDArray[np.bool_]
+) -> tuple[int | None, bool]:
+    """Index of the chosen frontier point and whether it meets the floor.
+
+    With a floor: the cheapest point meeting it whose paired bound is `trusted`, else the
+    cheapest meeting it at all (then judged and refused by the caller).
+    """
     candidates = np.ones(front.cost.shape[0], dtype=bool)
     if budget is not None:
         candidates &= front.cost <= budget + _TOL
@@ -199,10 +231,29 @@ def _pick(front: Frontier, floor: float | None, budget: float | None) -> tuple[i
         return None, False
     if floor is not None:
         meets = candidates & (front.quality >= floor - _TOL)
+        if (meets & trusted).any():
+            return int(np.flatnonzero(meets & trusted)[0]), True  # ascending cost: cheapest
         if meets.any():
-            return int(np.flatnonzero(meets)[0]), True  # ascending cost: first is cheapest
+            return int(np.flatnonzero(meets)[0]), True
     best = np.flatnonzero(candidates)[np.argmax(front.quality[candidates])]
     return int(best), floor is None
+
+
+def _z(confidence: float | None) -> float:
+    """One-sided normal quantile; 0 when no confidence is asked for."""
+    if confidence is None or confidence <= 0.5:
+        return 0.0
+    if confidence >= 1.0:
+        raise ValueError("confidence must be below 1")
+    return float(NormalDist().inv_cdf(confidence))
+
+
+def _paired_se(front: Frontier, reference_quality: float) -> NDArray[np.float64]:
+    """Standard error of the mean paired difference against the reference tier, per point."""
+    assert front.paired_sq is not None
+    mean = front.quality - reference_quality
+    var = np.maximum(front.paired_sq - mean**2, 0.0)
+    return np.asarray(np.sqrt(var / max(front.n - 1, 1)), dtype=np.float64)
 
 
 def _best_uniform_within(

@@ -192,15 +192,22 @@ def cross_validate(
     *,
     features: FeatureMatrix | None = None,
     scorer_labels: LabelSet | None = None,
+    scorer: Scorer | None = None,
     on_fold: Callable[[int], None] | None = None,
 ) -> CrossValidation:
-    """K-fold: train the full recipe on k-1 folds, predict the held-out fold."""
+    """K-fold: train the full recipe on k-1 folds, predict the held-out fold.
+
+    With `scorer_labels` (or an already fitted `scorer` trained without these requests) only
+    the calibrators are fitted per fold.
+    """
     cfg = config or TrainConfig()
     if not 2 <= k <= len(labels):
         raise ValueError(f"--cv needs 2 <= K <= rows ({len(labels)}), got {k}")
     feats = features if features is not None else featurize(labels.requests, cfg.spec)
     # A separate scorer set is fitted once, without any request of `labels` (train or test).
-    shared = None if scorer_labels is None else fit_scorer_elsewhere(scorer_labels, labels, cfg)
+    shared = scorer
+    if shared is None and scorer_labels is not None:
+        shared = fit_scorer_elsewhere(scorer_labels, labels, cfg)
     proba = np.empty((len(labels), len(labels.tiers)), dtype=np.float64)
     score = np.empty(len(labels), dtype=np.float64)
     fold_of = np.empty(len(labels), dtype=np.int64)

@@ -134,3 +134,18 @@ def test_tune_needs_a_target() -> None:
     proba, correct, _ = two_types(100, 0.5, 0.1, 0.5)
     with pytest.raises(ValueError):
         tune(proba, correct, COSTS)
+
+
+def test_a_lucky_validation_point_is_not_trusted() -> None:
+    """An uninformative router on 400 rows: one frontier point clears the floor by chance.
+    Judged on point estimates it looks like a saving; the paired bound refuses it."""
+    rng = np.random.default_rng(0)
+    n = 400
+    top = (rng.random(n) < 0.6).astype(float)
+    cheap = np.where(rng.random(n) < 0.08, 1 - top, top)
+    correct = np.column_stack([cheap, top])
+    proba = np.column_stack([rng.uniform(0.8, 0.99, n), np.ones(n)])
+    naive = tune(proba, correct, COSTS, alpha=0.99, confidence=None)
+    assert naive.routing_pays and naive.expected_cost < 0.8
+    careful = tune(proba, correct, COSTS, alpha=0.99)
+    assert not careful.routing_pays and careful.thresholds == (1.0,)
