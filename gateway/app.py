@@ -45,6 +45,8 @@ from gateway.proxy.channel import Receive, Send
 from gateway.proxy.events import ExchangeListener
 from gateway.proxy.service import ProxyService
 from gateway.routing.policy import RoutingPolicy, TopTierPolicy
+from gateway.routing.router import RouterPolicy
+from gateway.shadow.recalibrate import Recalibrator
 from gateway.shadow.sampler import ShadowSampler
 from gateway.stats import EndpointSample, Ladder, TierSample
 from gateway.tenants.admission import Admission
@@ -71,6 +73,7 @@ class GatewayRuntime:
     service: ProxyService
     hot_routes: dict[str, GenerationHandler]
     admin_token: str
+    policy: RoutingPolicy
 
 
 class Gateway:
@@ -108,6 +111,7 @@ class Gateway:
         self._tasks: list[asyncio.Task[None]] = []
         self._config_mtime = _mtime(config_path)
         self._installed = False
+        self.recalibrator: Recalibrator | None = None
         self.runtime = self._build_runtime(settings, previous=None)
         self._install(self.runtime)
         self._fallback = self._build_fallback()
@@ -143,7 +147,7 @@ class Gateway:
             for path, kind in _GENERATION_ROUTES
         }
         admin_token = resolve_secret(settings.admin.token, settings.admin.token_env, self.environ)
-        return GatewayRuntime(settings, tenants, tiers, service, handlers, admin_token)
+        return GatewayRuntime(settings, tenants, tiers, service, handlers, admin_token, policy)
 
     def _install(self, runtime: GatewayRuntime) -> None:
         old = self.runtime if self._installed else None
@@ -152,12 +156,43 @@ class Gateway:
         self.runtime = runtime
         self.observer.configure(runtime.settings)
         self.shadow.configure(runtime.settings)
+        self._install_router(runtime)
         if old is not None:
             kept = {id(state) for tier in runtime.tiers for state in tier.endpoints}
             for tier in old.tiers:
                 for state in tier.endpoints:
                     if id(state) not in kept:
                         state.pool.close()
+
+    def _install_router(self, runtime: GatewayRuntime) -> None:
+        """Exports each tenant's routing facts and keeps online recalibration attached."""
+        policy = runtime.policy
+        if not isinstance(policy, RouterPolicy):
+            return
+        self.metrics.uniform_floor_tier.clear()
+        for name, routing in policy.routing.items():
+            if routing.routing_pays is not None:
+                self.metrics.routing_pays.labels(name).set(1 if routing.routing_pays else 0)
+            if routing.uniform_floor_tier is not None:
+                self.metrics.uniform_floor_tier[name] = routing.uniform_floor_tier
+        shadow = runtime.settings.shadow
+        if self.recalibrator is None:
+            self.recalibrator = Recalibrator(
+                policy,
+                self.metrics,
+                window=shadow.window,
+                min_labels=shadow.min_labels,
+                prior_weight=shadow.prior_weight,
+            )
+            self.shadow.sinks.append(self.recalibrator)
+        else:
+            self.recalibrator.attach(policy)
+
+    async def _recalibrate(self) -> None:
+        while True:
+            await asyncio.sleep(self.runtime.settings.shadow.recalibrate_interval_s)
+            if self.recalibrator is not None:
+                self.recalibrator.recalibrate_all()
 
     def _build_fallback(self) -> Starlette:
         app = Starlette(
@@ -238,6 +273,7 @@ class Gateway:
         self._tasks.append(loop.create_task(checker.run()))
         self._tasks.extend(self.observer.start())
         self._tasks.extend(self.shadow.start())
+        self._tasks.append(loop.create_task(self._recalibrate()))
         self._tasks.append(loop.create_task(self._flush_metrics()))
         if self.watch_config and self.config_path is not None:
             self._tasks.append(loop.create_task(self._watch_config()))

@@ -1,0 +1,149 @@
+"""The calibrated difficulty router as the gateway's routing policy.
+
+Per request: the model's raw difficulty score, its K calibrated probabilities that each
+tier is adequate (mapped onto the gateway's ladder), then the pure decision of
+`router_models.policy`: the cheapest allowed tier whose probability clears the tenant's
+threshold for it, else the tenant's top tier.
+
+A tenant sets thresholds explicitly, or an accuracy floor alpha from which `tune` derives
+them on the model's validation set (when the model directory carries one). When routing
+does not beat the cheapest uniform tier meeting the floor, the thresholds send everything
+to that tier: never worse than the honest baseline. Online recalibration (shadow labels)
+swaps a tenant's model for one with refitted calibrators, as one reference assignment.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.config import Settings, TenantSettings
+from gateway.protocol import EndpointKind
+from gateway.routing.policy import Decision
+from gateway.tenants.registry import Tenant
+from router_models.model import RouterModel
+
+log = logging.getLogger("tiergate.router")
+
+
+def ladder_positions(model_tiers: tuple[str, ...], gateway_tiers: list[str]) -> tuple[int, ...]:
+    """Which model tier stands for each gateway tier: by name when the ladders share their
+    names (a model trained on this gateway's shadow labels), else by relative position, so
+    the cheapest maps to the cheapest and the top to the top."""
+    if set(gateway_tiers) <= set(model_tiers):
+        return tuple(model_tiers.index(name) for name in gateway_tiers)
+    k_model, k_gateway = len(model_tiers), len(gateway_tiers)
+    return tuple(round(i * (k_model - 1) / (k_gateway - 1)) for i in range(k_gateway))
+
+
+@dataclass(frozen=True, slots=True)
+class Validation:
+    """Held-out rows on the model's ladder: calibrated probabilities and per-tier correctness."""
+
+    proba: Any  # (n, K_model)
+    correct: Any  # (n, K_model)
+
+
+@dataclass(frozen=True, slots=True)
+class TenantRouting:
+    """A tenant's resolved thresholds (one per gateway tier but the top) and their origin."""
+
+    thresholds: tuple[float, ...]
+    source: str  # "explicit", "alpha", "default"
+    routing_pays: bool | None = None  # the pre-test verdict, when alpha was tuned
+    uniform_floor_tier: int | None = None  # cheapest uniform tier meeting the floor
+    note: str = ""
+
+
+class RouterPolicy:
+    """RoutingPolicy backed by a RouterModel (one per tenant once recalibrated)."""
+
+    def __init__(
+        self, model: RouterModel, settings: Settings, validation: Validation | None = None
+    ) -> None:
+        self.model = model
+        self.validation = validation
+        self.tier_names = [tier.name for tier in settings.tiers]
+        self.positions = ladder_positions(model.tiers, self.tier_names)
+        self.default_threshold = settings.router.default_threshold
+        # Recalibrated models per tenant, with the positions of their own ladder.
+        self.tenant_models: dict[str, tuple[RouterModel, tuple[int, ...]]] = {}
+        self.routing: dict[str, TenantRouting] = {
+            tenant.name: self._resolve(tenant, settings) for tenant in settings.tenants
+        }
+
+    # -- the decision (hot path) ------------------------------------------------------------
+    def decide(self, request: Mapping[str, Any], kind: EndpointKind, tenant: Tenant) -> Decision:
+        model, positions = self.tenant_models.get(tenant.name, (self.model, self.positions))
+        score = model.score_one(request)
+        on_model = model.calibration.predict_one(score)
+        probabilities = tuple(on_model[position] for position in positions)
+        thresholds = self.routing[tenant.name].thresholds
+        allowed = tenant.allowed_tiers
+        chosen = allowed[-1]
+        for tier in allowed[:-1]:
+            if probabilities[tier] >= thresholds[tier]:
+                chosen = tier
+                break
+        return Decision(chosen, probabilities[chosen], "router", probabilities, score)
+
+    # -- thresholds -------------------------------------------------------------------------
+    def _resolve(self, tenant: TenantSettings, settings: Settings) -> TenantRouting:
+        names = self.tier_names
+        if tenant.thresholds is not None:
+            return TenantRouting(
+                tuple(tenant.thresholds.get(name, self.default_threshold) for name in names[:-1]),
+                "explicit",
+            )
+        if tenant.alpha is not None:
+            tuned = self._tune(tenant.alpha, settings)
+            if tuned is not None:
+                return tuned
+        return TenantRouting(tuple(self.default_threshold for _ in names[:-1]), "default")
+
+    def _tune(self, alpha: float, settings: Settings) -> TenantRouting | None:
+        validation = self.validation
+        if validation is None:
+            log.warning(
+                "tenant alpha %.3f: the router model carries no validation set; using the "
+                "default threshold %.2f until shadow labels arrive",
+                alpha,
+                self.default_threshold,
+            )
+            return None
+        return tune_on(validation.proba, validation.correct, alpha, settings, self.positions)
+
+    def set_tenant_model(
+        self, tenant: str, model: RouterModel, routing: TenantRouting | None = None
+    ) -> None:
+        """Swaps in a recalibrated model (and thresholds re-tuned on it) for one tenant."""
+        self.tenant_models[tenant] = (model, ladder_positions(model.tiers, self.tier_names))
+        if routing is not None:
+            self.routing[tenant] = routing
+
+
+def tune_on(
+    proba: Any, correct: Any, alpha: float, settings: Settings, positions: tuple[int, ...]
+) -> TenantRouting:
+    """`router_models.thresholds.tune` on validation data given on the model's ladder,
+    evaluated on the gateway's ladder with the gateway's tier costs."""
+    import numpy as np
+
+    from router_models.thresholds import tune
+
+    p = np.asarray(proba, dtype=np.float64)[:, list(positions)]
+    c = np.asarray(correct, dtype=np.float64)[:, list(positions)]
+    costs = [tier.relative_cost for tier in settings.tiers]
+    result = tune(p, c, costs, alpha=alpha)
+    return TenantRouting(
+        thresholds=tuple(float(t) for t in result.thresholds),
+        source="alpha",
+        routing_pays=result.routing_pays,
+        uniform_floor_tier=result.baseline.tier,
+        note=result.message,
+    )
+
+
+__all__ = ["RouterPolicy", "TenantRouting", "Validation", "ladder_positions", "tune_on"]

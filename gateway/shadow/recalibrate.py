@@ -1,0 +1,153 @@
+"""Online recalibration: refit a tenant's K-1 isotonic calibrators on its shadow labels.
+
+Every label says whether one cheaper tier was adequate for one request, with the router's
+raw score for that request. Ladder monotonicity (a more precise tier is never less likely
+adequate; the calibration enforces it too) extends each label: adequate at tier k implies
+adequate at every tier above, inadequate implies inadequate below. The shipped model acts
+as a prior: `prior_weight` pseudo-rows at the observed scores carry its probabilities as
+fractional targets, so a few labels move the curve a little and many labels move it fully.
+A refit needs `min_labels` real labels for some tier; the new model replaces the tenant's
+in one reference assignment.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from gateway.metrics import GatewayMetrics
+from gateway.routing.router import RouterPolicy
+from gateway.stats import CompletedExchange
+from router_models.calibration import TierCalibration
+from router_models.model import RouterModel
+
+log = logging.getLogger("tiergate.recalibrate")
+
+
+@dataclass(frozen=True, slots=True)
+class ScoredLabel:
+    score: float
+    tier: int  # gateway ladder index of the tier that answered
+    adequate: bool
+
+
+def label_matrix(labels: list[ScoredLabel], n_tiers: int) -> np.ndarray:
+    """(n, K-1) adequacy with NaN where unknown, filled along the ladder by monotonicity."""
+    matrix = np.full((len(labels), n_tiers - 1), np.nan)
+    for row, label in enumerate(labels):
+        if label.adequate:
+            matrix[row, label.tier :] = 1.0
+        else:
+            matrix[row, : label.tier + 1] = 0.0
+    return matrix
+
+
+def refit(
+    labels: list[ScoredLabel],
+    prior: Callable[[np.ndarray], np.ndarray],
+    n_tiers: int,
+    prior_weight: float,
+) -> TierCalibration:
+    """A calibration fitted on labels plus prior pseudo-rows (module docstring)."""
+    scores = np.array([label.score for label in labels], dtype=np.float64)
+    observed = label_matrix(labels, n_tiers)
+    rows = max(2, round(prior_weight))
+    # Pseudo-rows at quantiles of the observed scores, targets from the prior curve.
+    anchor = np.quantile(scores, np.linspace(0.0, 1.0, rows)) if scores.size else np.zeros(rows)
+    pseudo = prior(anchor)[:, : n_tiers - 1]
+    all_scores = np.concatenate([scores, anchor])
+    all_targets = np.vstack([observed, pseudo])
+    return TierCalibration().fit(all_scores, all_targets)
+
+
+class Recalibrator:
+    """LabelSink for the shadow sampler; refits per tenant on a timer."""
+
+    def __init__(
+        self,
+        policy: RouterPolicy,
+        metrics: GatewayMetrics,
+        *,
+        window: int,
+        min_labels: int,
+        prior_weight: float,
+    ) -> None:
+        self.policy = policy
+        self.metrics = metrics
+        self.window = window
+        self.min_labels = min_labels
+        self.prior_weight = prior_weight
+        self._labels: dict[str, deque[ScoredLabel]] = {}
+        self._fitted_at: dict[str, int] = {}
+        self.models: dict[str, RouterModel] = {}  # the current recalibrated model per tenant
+        self.refits = 0
+
+    def attach(self, policy: RouterPolicy) -> None:
+        """Follows a configuration reload: the new policy gets the tenants' refitted models
+        (when the ladder is unchanged), and later refits go to it."""
+        if policy.tier_names == self.policy.tier_names:
+            for tenant, model in self.models.items():
+                if tenant in policy.routing:
+                    policy.set_tenant_model(tenant, model)
+        else:
+            self.models.clear()
+            self._labels.clear()
+            self._fitted_at.clear()
+        self.policy = policy
+
+    def label(self, tenant: str, tier: int, exchange: CompletedExchange, adequate: bool) -> None:
+        if exchange.score is None:
+            return  # pinned requests carry no router score; they still count as labels elsewhere
+        labels = self._labels.get(tenant)
+        if labels is None:
+            labels = self._labels[tenant] = deque(maxlen=self.window)
+        labels.append(ScoredLabel(exchange.score, tier, adequate))
+
+    def recalibrate_all(self) -> list[str]:
+        """Refits every tenant with enough new labels; returns the tenants refitted."""
+        done = []
+        for tenant, labels in list(self._labels.items()):
+            total = len(labels)
+            if total < self.min_labels or total == self._fitted_at.get(tenant):
+                continue
+            try:
+                self._refit(tenant, list(labels))
+            except ValueError as exc:  # e.g. degenerate labels: keep the current model
+                log.warning("recalibration of %s skipped: %s", tenant, exc)
+                continue
+            self._fitted_at[tenant] = total
+            done.append(tenant)
+        return done
+
+    def _refit(self, tenant: str, labels: list[ScoredLabel]) -> None:
+        policy = self.policy
+        base = policy.model
+        n_tiers = len(policy.tier_names)
+        positions = list(policy.positions)
+
+        def prior(scores: np.ndarray) -> np.ndarray:
+            return base.calibration.predict_proba(scores)[:, positions]
+
+        calibration = refit(labels, prior, n_tiers, self.prior_weight)
+        model = RouterModel(
+            tuple(policy.tier_names),
+            base.scorer,
+            calibration,
+            base.spec,
+            label=base.label,
+            metadata={**base.metadata, "recalibrated_for": tenant, "shadow_labels": len(labels)},
+        )
+        policy.set_tenant_model(tenant, model)
+        self.models[tenant] = model
+        self.refits += 1
+        self.metrics.recalibrations.labels(tenant).inc()
+        log.warning(
+            "recalibrated the router for tenant %s on %d shadow labels", tenant, len(labels)
+        )
+
+
+__all__ = ["Recalibrator", "ScoredLabel", "label_matrix", "refit"]

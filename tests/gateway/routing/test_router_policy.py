@@ -1,0 +1,102 @@
+"""The difficulty router as the gateway's policy, on the shipped default model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gateway.config import parse_settings
+from gateway.routing.factory import build_policy
+from gateway.routing.router import RouterPolicy, ladder_positions
+from gateway.tenants.registry import TenantRegistry
+from tests.helpers import API_KEY, MODEL, GatewayThread, Ladder, send
+
+
+def test_ladder_positions() -> None:
+    assert ladder_positions(("q4", "q8", "fp16"), ["nvfp4", "w4a16", "bf16"]) == (0, 1, 2)
+    assert ladder_positions(("a", "b"), ["x", "y", "z"]) == (0, 0, 1)  # 0.5 rounds to even
+    assert ladder_positions(("q4", "q8", "fp16"), ["cheap", "top"]) == (0, 2)
+    assert ladder_positions(("nvfp4", "w4a16", "bf16"), ["nvfp4", "bf16"]) == (0, 2)  # by name
+
+
+def settings(ladder: Ladder, tenants: list[dict[str, Any]]) -> Any:
+    data = ladder.settings().model_dump(mode="json")
+    data["tenants"] = tenants
+    return parse_settings(data)
+
+
+QUESTIONS = [
+    "hi",
+    "Translate 'good morning' to French.",
+    "Prove that there are infinitely many primes, then refactor this proof into a lemma.",
+    "def quicksort(xs):\n    return xs\n# fix the bug and explain the complexity",
+]
+
+
+@pytest.mark.parametrize(("threshold", "tier"), [(0.0, "nvfp4"), (1.0, "bf16")])
+def test_extreme_thresholds_through_the_gateway(
+    ladder: Ladder, threshold: float, tier: str
+) -> None:
+    config = settings(
+        ladder,
+        [
+            {
+                "name": "t",
+                "api_keys": [API_KEY],
+                "thresholds": {"nvfp4": threshold, "w4a16": threshold},
+            }
+        ],
+    )
+    with GatewayThread(config, policy_factory=build_policy) as gw:
+        for question in QUESTIONS:
+            reply = send(
+                "POST",
+                f"{gw.url}/v1/chat/completions",
+                {
+                    "model": MODEL,
+                    "messages": [{"role": "user", "content": question}],
+                    "max_tokens": 4,
+                },
+            )
+            assert reply.status == 200
+            assert reply.headers["x-tiergate-tier"] == tier
+            p = float(reply.headers["x-tiergate-p"])
+            assert 0.0 <= p <= 1.0
+            if tier == "bf16":
+                assert p == 1.0  # the top tier is the reference under the relative label
+
+
+def test_decision_is_monotone_in_the_threshold(ladder: Ladder) -> None:
+    config = settings(ladder, [{"name": "t", "api_keys": ["k"]}])
+    policy = build_policy(config)
+    assert isinstance(policy, RouterPolicy)
+    tenant = TenantRegistry(config, {}).tenants["t"]
+    request = {"model": MODEL, "messages": [{"role": "user", "content": QUESTIONS[2]}]}
+    decision = policy.decide(request, "chat", tenant)
+    assert decision.reason == "router" and decision.probabilities is not None
+    probabilities = decision.probabilities
+    assert list(probabilities) == sorted(probabilities) and probabilities[-1] == 1.0
+    tiers = []
+    for threshold in (0.0, 0.5, 0.9, 0.99, 1.0):
+        policy.routing["t"] = type(policy.routing["t"])((threshold, threshold), "explicit")
+        tiers.append(policy.decide(request, "chat", tenant).tier)
+    assert tiers == sorted(tiers)  # a stricter threshold never picks a cheaper tier
+
+
+def test_restricted_tenant_stays_on_its_tiers(ladder: Ladder) -> None:
+    config = settings(
+        ladder,
+        [
+            {
+                "name": "t",
+                "api_keys": ["k"],
+                "allowed_tiers": ["w4a16", "bf16"],
+                "thresholds": {"nvfp4": 0.0, "w4a16": 1.0},
+            }
+        ],
+    )
+    policy = build_policy(config)
+    tenant = TenantRegistry(config, {}).tenants["t"]
+    request = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+    assert policy.decide(request, "chat", tenant).tier == 2  # nvfp4 is not allowed; w4a16 needs 1.0
