@@ -163,6 +163,10 @@ class ShadowSettings(Section):
     """Shadow evaluation and online recalibration (off unless `rate` > 0)."""
 
     rate: Probability = 0.0  # share of cheaper-tier requests replayed on the top tier
+    # Share of top-tier requests replayed on a random cheaper tier. Without it, labels for a
+    # cheap tier stop once the router sends hard requests up: the calibration could never
+    # learn where the cheap tier fails (the selection bias of logged routing data).
+    explore_rate: Probability = 0.0
     max_concurrency: int = Field(default=4, ge=1)  # replays in flight
     budget_share: Probability = 0.1  # at most this share of the top tier's request slots
     queue_size: int = Field(default=256, ge=1)

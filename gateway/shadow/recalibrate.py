@@ -1,13 +1,17 @@
 """Online recalibration: refit a tenant's K-1 isotonic calibrators on its shadow labels.
 
 Every label says whether one cheaper tier was adequate for one request, with the router's
-raw score for that request. Ladder monotonicity (a more precise tier is never less likely
-adequate; the calibration enforces it too) extends each label: adequate at tier k implies
-adequate at every tier above, inadequate implies inadequate below. The shipped model acts
-as a prior: `prior_weight` pseudo-rows at the observed scores carry its probabilities as
-fractional targets, so a few labels move the curve a little and many labels move it fully.
-A refit needs `min_labels` real labels for some tier; the new model replaces the tenant's
-in one reference assignment.
+raw score for that request. Each tier is fitted on its own direct labels only. Filling other
+tiers by ladder monotonicity (adequate at k implies adequate above) would be true per
+request but would bias the sample: which requests get a filled label depends on the other
+tier's verdict. Routing depends on the score alone and shadow sampling is random, so direct
+labels are an unbiased sample at every score; the calibration itself makes the result
+monotone along the ladder. The shipped model acts
+as a prior: a tier with n < `min_labels` direct labels also gets
+`prior_weight * (1 - n / min_labels)` pseudo-rows at the observed scores, carrying the
+shipped model's probabilities as fractional targets; from `min_labels` labels on, the tier
+is fitted on its labels alone (a prior kept forever would bias the scores where labels are
+sparse). The new model replaces the tenant's in one reference assignment.
 """
 
 from __future__ import annotations
@@ -36,13 +40,10 @@ class ScoredLabel:
 
 
 def label_matrix(labels: list[ScoredLabel], n_tiers: int) -> np.ndarray:
-    """(n, K-1) adequacy with NaN where unknown, filled along the ladder by monotonicity."""
+    """(n, K-1) adequacy: each row labels only the tier that was judged, NaN elsewhere."""
     matrix = np.full((len(labels), n_tiers - 1), np.nan)
     for row, label in enumerate(labels):
-        if label.adequate:
-            matrix[row, label.tier :] = 1.0
-        else:
-            matrix[row, : label.tier + 1] = 0.0
+        matrix[row, label.tier] = 1.0 if label.adequate else 0.0
     return matrix
 
 
@@ -51,17 +52,24 @@ def refit(
     prior: Callable[[np.ndarray], np.ndarray],
     n_tiers: int,
     prior_weight: float,
+    min_labels: int,
 ) -> TierCalibration:
-    """A calibration fitted on labels plus prior pseudo-rows (module docstring)."""
+    """A calibration fitted on the labels plus fading prior pseudo-rows (module docstring)."""
     scores = np.array([label.score for label in labels], dtype=np.float64)
     observed = label_matrix(labels, n_tiers)
-    rows = max(2, round(prior_weight))
-    # Pseudo-rows at quantiles of the observed scores, targets from the prior curve.
-    anchor = np.quantile(scores, np.linspace(0.0, 1.0, rows)) if scores.size else np.zeros(rows)
-    pseudo = prior(anchor)[:, : n_tiers - 1]
-    all_scores = np.concatenate([scores, anchor])
-    all_targets = np.vstack([observed, pseudo])
-    return TierCalibration().fit(all_scores, all_targets)
+    counts = np.sum(~np.isnan(observed), axis=0)
+    rows_score, rows_target = [scores], [observed]
+    for tier in range(n_tiers - 1):
+        weight = prior_weight * max(0.0, 1.0 - counts[tier] / max(1, min_labels))
+        rows = max(2, round(weight)) if counts[tier] < 2 or weight > 0 else 0
+        if rows == 0:
+            continue
+        anchor = np.quantile(scores, np.linspace(0.0, 1.0, rows)) if scores.size else np.zeros(rows)
+        target = np.full((rows, n_tiers - 1), np.nan)
+        target[:, tier] = prior(anchor)[:, tier]
+        rows_score.append(anchor)
+        rows_target.append(target)
+    return TierCalibration().fit(np.concatenate(rows_score), np.vstack(rows_target))
 
 
 class Recalibrator:
@@ -112,7 +120,7 @@ class Recalibrator:
         done = []
         for tenant, labels in list(self._labels.items()):
             total = len(labels)
-            if total < self.min_labels or total == self._fitted_at.get(tenant):
+            if total < min(10, self.min_labels) or total == self._fitted_at.get(tenant):
                 continue
             try:
                 self._refit(tenant, list(labels))
@@ -132,7 +140,7 @@ class Recalibrator:
         def prior(scores: np.ndarray) -> np.ndarray:
             return base.calibration.predict_proba(scores)[:, positions]
 
-        calibration = refit(labels, prior, n_tiers, self.prior_weight)
+        calibration = refit(labels, prior, n_tiers, self.prior_weight, self.min_labels)
         model = RouterModel(
             tuple(policy.tier_names),
             base.scorer,

@@ -103,10 +103,14 @@ class ShadowSampler:
 
     # -- ExchangeListener: cheap, never raises --------------------------------------------
     def wants_capture(self, tenant: str, tier: int) -> bool:
-        if tier >= len(self.names) - 1:
-            return False  # the top tier's answer is its own reference
         rate = self.rates.get(tenant, 0.0)
-        return rate > 0 and self.rng() < rate
+        if rate <= 0:
+            return False
+        if tier >= len(self.names) - 1:
+            # The top tier's answer is itself the reference: explore a cheaper tier on it.
+            explore = self.settings.explore_rate
+            return explore > 0 and self.rng() < explore
+        return self.rng() < rate
 
     def upstream_started(self, tier: str, tenant: str) -> None:
         return
@@ -115,8 +119,6 @@ class ShadowSampler:
         return
 
     def exchange_done(self, exchange: CompletedExchange) -> None:
-        if exchange.tier_index >= len(self.names) - 1:
-            return  # escalated to the top tier: nothing to compare
         if self._queue is None:
             return
         try:
@@ -141,47 +143,89 @@ class ShadowSampler:
                 self._count(exchange, "failed")
 
     async def evaluate(self, exchange: CompletedExchange) -> bool | None:
-        """Replays one exchange on the top tier; returns the adequacy label (None: none)."""
-        top = self.tiers()[-1]
+        """Labels one exchange; returns the verdict for the served (or explored) tier.
+
+        Served by a cheaper tier k: replay on the top tier (the reference) and judge the
+        served answer; with probability `explore_rate` also replay on a random tier below k
+        and judge that against the same reference. Served by the top tier (captured with
+        probability `explore_rate`): replay on a random cheaper tier and judge it against the
+        served answer. Exploration keeps labels coming for tiers the router no longer uses
+        for such requests.
+        """
+        tiers = self.tiers()
+        top = len(tiers) - 1
+        texts = completion_texts(exchange.body)
+        served = texts[0] if texts else None
         deterministic = self.settings.assume_deterministic or is_deterministic(exchange.request)
-        skip = self._skip_reason(top, deterministic=deterministic)
-        reference = None if skip else await self._replay(top, exchange)
-        candidate = completion_texts(exchange.body)
-        if skip is None and (reference is None or not candidate):
-            skip = "failed"
-        verdict = None
-        if skip is None and reference is not None:
-            verdict = judge(
-                candidate[0],
-                reference,
-                exchange.request,
-                self.settings.judges,
-                deterministic=deterministic,
-            )
-            skip = None if verdict is not None else "not_deterministic"
-        if verdict is None:
-            self._count(exchange, skip or "failed")
+        if served is None:
+            self._count(exchange, "failed")
             return None
-        self._record(exchange, verdict.adequate, verdict.judge)
+        if exchange.tier_index >= top:
+            below = int(self.rng() * top)
+            candidate = await self._fetch(tiers[below], exchange, below, deterministic)
+            if candidate is None:
+                return None
+            return self._judge(exchange, below, candidate, served, deterministic)
+        reference = await self._fetch(tiers[top], exchange, exchange.tier_index, deterministic)
+        if reference is None:
+            return None
+        verdict = self._judge(exchange, exchange.tier_index, served, reference, deterministic)
+        explore = self.settings.explore_rate
+        if exchange.tier_index > 0 and explore > 0 and self.rng() < explore:
+            below = int(self.rng() * exchange.tier_index)
+            candidate = await self._fetch(tiers[below], exchange, below, deterministic)
+            if candidate is not None:
+                self._judge(exchange, below, candidate, reference, deterministic)
+        return verdict
+
+    async def _fetch(
+        self, target: TierBackend, exchange: CompletedExchange, labelled: int, deterministic: bool
+    ) -> str | None:
+        """The answer of `target` to the exchange's request; None (counted) when skipped."""
+        skip = self._skip_reason(target, deterministic=deterministic)
+        text = None if skip else await self._replay(target, exchange)
+        if text is None:
+            self._count(exchange, skip or "failed", labelled)
+        return text
+
+    def _judge(
+        self,
+        exchange: CompletedExchange,
+        labelled: int,
+        candidate: str,
+        reference: str,
+        deterministic: bool,
+    ) -> bool | None:
+        verdict = judge(
+            candidate,
+            reference,
+            exchange.request,
+            self.settings.judges,
+            deterministic=deterministic,
+        )
+        if verdict is None:
+            self._count(exchange, "not_deterministic", labelled)
+            return None
+        self._record(exchange, labelled, verdict.adequate, verdict.judge)
         return verdict.adequate
 
-    def _skip_reason(self, top: TierBackend, *, deterministic: bool) -> str | None:
+    def _skip_reason(self, target: TierBackend, *, deterministic: bool) -> str | None:
         if not deterministic and not any(
             name in ("choice", "number") for name in self.settings.judges
         ):
             return "not_deterministic"
-        if top.saturated or top.queued:
-            return "skipped_saturated"  # shadow traffic never competes with a full top tier
-        capacity = sum(state.max_inflight for state in top.endpoints)
+        if target.saturated or target.queued:
+            return "skipped_saturated"  # shadow traffic never competes with a full tier
+        capacity = sum(state.max_inflight for state in target.endpoints)
         if self.inflight >= max(1, int(self.settings.budget_share * capacity)):
             return "skipped_budget"
         return None
 
-    async def _replay(self, top: TierBackend, exchange: CompletedExchange) -> str | None:
-        endpoint = top.pick()
+    async def _replay(self, target: TierBackend, exchange: CompletedExchange) -> str | None:
+        endpoint = target.pick()
         if endpoint is None:
             return None
-        request = {**exchange.request, "model": top.served_model_name, "stream": False}
+        request = {**exchange.request, "model": target.served_model_name, "stream": False}
         request.pop("stream_options", None)
         path = endpoint.chat_path if exchange.kind == "chat" else endpoint.completions_path
         self.inflight += 1
@@ -201,29 +245,31 @@ class ShadowSampler:
         finally:
             self.inflight -= 1
             endpoint.inflight -= 1
-            top.slot_freed()
+            target.slot_freed()
         if response.status != 200:
             return None
         texts = completion_texts(body)
         return texts[0] if texts else None
 
-    def _record(self, exchange: CompletedExchange, adequate: bool, judge_name: str) -> None:
-        tier = self.names[exchange.tier_index]
-        self._count(exchange, "labelled")
+    def _record(
+        self, exchange: CompletedExchange, labelled: int, adequate: bool, judge_name: str
+    ) -> None:
+        tier = self.names[labelled]
+        self._count(exchange, "labelled", labelled)
         self.metrics.shadow_labels.labels(
             exchange.tenant, tier, "true" if adequate else "false"
         ).inc()
         predicted = None
         if exchange.probabilities is not None:
-            predicted = exchange.probabilities[exchange.tier_index]
-        elif exchange.probability is not None:
+            predicted = exchange.probabilities[labelled]
+        elif exchange.probability is not None and labelled == exchange.tier_index:
             predicted = exchange.probability
         self.monitor.add(
             exchange.tenant, tier, Label(predicted, exchange.score, adequate, self.clock())
         )
         self._export(exchange.tenant, tier)
         for sink in self.sinks:
-            sink.label(exchange.tenant, exchange.tier_index, exchange, adequate)
+            sink.label(exchange.tenant, labelled, exchange, adequate)
         if self._log is not None:
             self._log.append(self._line(exchange, tier, adequate, judge_name, predicted))
 
@@ -264,12 +310,11 @@ class ShadowSampler:
             metrics.calibration_ece.labels(tenant, tier).set(summary.ece)
         metrics.calibration_drift.labels(tenant, tier).set(1 if summary.drift else 0)
 
-    def _count(self, exchange: CompletedExchange, outcome: str) -> None:
-        tier = (
-            self.names[exchange.tier_index]
-            if exchange.tier_index < len(self.names)
-            else exchange.tier
-        )
+    def _count(
+        self, exchange: CompletedExchange, outcome: str, labelled: int | None = None
+    ) -> None:
+        index = exchange.tier_index if labelled is None else labelled
+        tier = self.names[index] if index < len(self.names) else exchange.tier
         self.metrics.shadow_requests.labels(exchange.tenant, tier, outcome).inc()
 
     def view(self) -> dict[str, Any]:

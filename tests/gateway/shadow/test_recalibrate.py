@@ -7,10 +7,10 @@ import numpy as np
 from gateway.shadow.recalibrate import ScoredLabel, label_matrix, refit
 
 
-def test_labels_extend_along_the_ladder() -> None:
-    labels = [ScoredLabel(0.1, 0, True), ScoredLabel(0.9, 1, False), ScoredLabel(0.5, 1, True)]
+def test_each_label_marks_only_its_own_tier() -> None:
+    labels = [ScoredLabel(0.1, 0, True), ScoredLabel(0.9, 1, False), ScoredLabel(0.5, 2, True)]
     matrix = label_matrix(labels, 4)  # 3 calibrated tiers below the top
-    assert np.array_equal(np.nan_to_num(matrix, nan=-1), [[1, 1, 1], [0, 0, -1], [-1, 1, 1]])
+    assert np.array_equal(np.nan_to_num(matrix, nan=-1), [[1, -1, -1], [-1, 0, -1], [-1, -1, 1]])
 
 
 def flat_prior(value: float):  # type: ignore[no-untyped-def]
@@ -22,19 +22,19 @@ def test_many_labels_override_the_prior_few_labels_do_not() -> None:
     # Truth: the cheapest tier is adequate only below score 0.5.
     scores = rng.uniform(0, 1, 400)
     labels = [ScoredLabel(float(s), 0, bool(s < 0.5)) for s in scores]
-    calibration = refit(labels, flat_prior(0.9), 3, prior_weight=20)
+    calibration = refit(labels, flat_prior(0.9), 3, prior_weight=20, min_labels=50)
     p = calibration.predict_proba(np.array([0.2, 0.8]))[:, 0]
     assert p[0] > 0.85 and p[1] < 0.25  # the labels decide
 
     few = labels[:6]
-    calibration = refit(few, flat_prior(0.9), 3, prior_weight=50)
+    calibration = refit(few, flat_prior(0.9), 3, prior_weight=50, min_labels=50)
     p = calibration.predict_proba(np.array([0.2, 0.8]))[:, 0]
     assert p[1] > 0.7  # six labels barely move a strong prior
 
 
 def test_refit_probabilities_are_monotone_along_the_ladder() -> None:
     labels = [ScoredLabel(float(s), int(s * 3) % 2, bool(s < 0.6)) for s in np.linspace(0, 1, 200)]
-    calibration = refit(labels, flat_prior(0.5), 3, prior_weight=10)
+    calibration = refit(labels, flat_prior(0.5), 3, prior_weight=10, min_labels=50)
     proba = calibration.predict_proba(np.linspace(-1, 2, 50))
     assert np.all(np.diff(proba, axis=1) >= -1e-12)
     assert np.all((proba >= 0) & (proba <= 1))
