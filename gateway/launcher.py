@@ -198,7 +198,9 @@ def serve_workers(config_path: Path, host: str, port: int, workers: int) -> None
     )
 
 
-def banner(url: str, api_key: str, model: str, tiers: Sequence[str]) -> str:
+def banner(
+    url: str, api_key: str, model: str, tiers: Sequence[str], admin_token: str | None = None
+) -> str:
     return f"""
 tiergate is up at {url}  (tiers, cheapest first: {", ".join(tiers)})
 
@@ -217,7 +219,11 @@ tiergate is up at {url}  (tiers, cheapest first: {", ".join(tiers)})
   EOF
 
   The x-tiergate-tier response header names the tier that served; pin one with
-  model="{model}@<tier>". Metrics: {url}/metrics. Stop with Ctrl-C.
+  model="{model}@<tier>". Metrics: {url}/metrics.
+  Admin token: {admin_token}
+    curl -H "Authorization: Bearer {admin_token}" {url}/admin/plan
+    (also /admin/regime, /admin/shadow, /admin/backends, /admin/config)
+  Stop with Ctrl-C.
 """
 
 

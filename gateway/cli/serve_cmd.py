@@ -52,13 +52,45 @@ def up(
     port: Annotated[int, typer.Option(help="Gateway port.")] = 8000,
     config: ConfigOption = None,
     sim_time_scale: Annotated[float, typer.Option(help="Simulator clock multiplier.")] = 1.0,
+    shadow_rate: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="Share of cheaper-tier requests replayed on the top tier to label them (and "
+            "of top-tier requests replayed on a cheaper tier); turns on online recalibration.",
+        ),
+    ] = 0.0,
+    label_log: Annotated[
+        Path | None, typer.Option(help="Append the shadow labels to this JSONL file (rotated).")
+    ] = None,
 ) -> None:
     """Start three simulated vLLM tiers and the gateway in one command (the embedded default)."""
+    import secrets
+
     from gateway.app import build_app
     from gateway.launcher import banner, exit_on_sigterm, local_sim_specs, running_sims
     from gateway.routing.factory import build_policy
 
     settings = _settings(config, port)
+    if shadow_rate > 0 or label_log is not None:
+        # The simulated tiers decode deterministically whatever the temperature.
+        shadow = settings.shadow.model_copy(
+            update={
+                "rate": shadow_rate,
+                "explore_rate": shadow_rate,
+                "label_log": label_log,
+                "keep_text": True,
+                "assume_deterministic": True,
+            }
+        )
+        settings = settings.model_copy(update={"shadow": shadow})
+    admin_token = os.environ.get(settings.admin.token_env or "") or settings.admin.token
+    if not admin_token:
+        admin_token = secrets.token_urlsafe(18)
+        settings = settings.model_copy(
+            update={"admin": settings.admin.model_copy(update={"token": admin_token})}
+        )
     exit_on_sigterm()
     specs = local_sim_specs(settings, ("--time-scale", str(sim_time_scale)))
     host = settings.server.host
@@ -78,6 +110,7 @@ def up(
                     key,
                     settings.model,
                     [t.name for t in settings.tiers],
+                    admin_token=admin_token,
                 )
             )
             run_event_loop(_serve(app, host, settings.server.port))
