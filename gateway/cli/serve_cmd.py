@@ -31,12 +31,13 @@ def _config_path(config: Path | None) -> Path | None:
     return Path(os.environ["TIERGATE_CONFIG"]) if os.environ.get("TIERGATE_CONFIG") else None
 
 
-def _settings(config: Path | None, port: int | None):  # type: ignore[no-untyped-def]
+def _settings(config: Path | None, port: int | None, sim_base_port: int = 9001):  # type: ignore[no-untyped-def]
     from gateway.config import ConfigError, default_settings, load_settings
 
     source = _config_path(config)
+    ports = (sim_base_port, sim_base_port + 1, sim_base_port + 2)
     try:
-        settings = load_settings(source) if source else default_settings()
+        settings = load_settings(source) if source else default_settings(sim_ports=ports)
     except ConfigError as exc:
         typer.echo(f"tiergate: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -52,6 +53,9 @@ def up(
     port: Annotated[int, typer.Option(help="Gateway port.")] = 8000,
     config: ConfigOption = None,
     sim_time_scale: Annotated[float, typer.Option(help="Simulator clock multiplier.")] = 1.0,
+    sim_base_port: Annotated[
+        int, typer.Option(help="First of three ports for the embedded tiers (no --config).")
+    ] = 9001,
     shadow_rate: Annotated[
         float,
         typer.Option(
@@ -72,7 +76,7 @@ def up(
     from gateway.launcher import banner, exit_on_sigterm, local_sim_specs, running_sims
     from gateway.routing.factory import build_policy
 
-    settings = _settings(config, port)
+    settings = _settings(config, port, sim_base_port)
     if shadow_rate > 0 or label_log is not None:
         # The simulated tiers decode deterministically whatever the temperature.
         shadow = settings.shadow.model_copy(

@@ -1,0 +1,92 @@
+"""`tiergate up`: the embedded default, as `make run` starts it, with shadow labels on."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import free_port, send, stop_processes, wait_healthy
+
+pytestmark = pytest.mark.slow
+
+
+def test_up_serves_routes_and_labels(tmp_path: Path) -> None:
+    port, base = free_port(), free_port()
+    log = tmp_path / "labels.jsonl"
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gateway.cli.main",
+            "up",
+            "--port",
+            str(port),
+            "--sim-base-port",
+            str(base),
+            "--sim-time-scale",
+            "0.2",
+            "--shadow-rate",
+            "1",
+            "--label-log",
+            str(log),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}/ready", 60, process)  # type: ignore[arg-type]
+        url = f"http://127.0.0.1:{port}"
+        for question in (
+            "hello there",
+            "Prove the lemma and refactor the proof.",
+            "List three rivers.",
+        ):
+            reply = send(
+                "POST",
+                f"{url}/v1/chat/completions",
+                {
+                    "model": "qwen3-30b-a3b",
+                    "messages": [{"role": "user", "content": question}],
+                    "max_tokens": 8,
+                },
+                key="sk-local-dev",
+            )
+            assert reply.status == 200 and reply.headers["x-tiergate-tier"] in {
+                "nvfp4",
+                "w4a16",
+                "bf16",
+            }
+            assert 0.0 < float(reply.headers["x-tiergate-p"]) <= 1.0  # the shipped router decided
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and (
+            not log.exists() or len(log.read_text().splitlines()) < 3
+        ):
+            time.sleep(0.2)
+        lines = [json.loads(line) for line in log.read_text().splitlines()]
+        assert len(lines) == 3
+        assert all(
+            set(line["correct"]) <= {"nvfp4", "w4a16", "bf16"}
+            and line["source"] == "shadow:default"
+            for line in lines
+        )
+    finally:
+        stop_processes([process])
+    output = process.stdout.read().decode() if process.stdout else ""
+    token = re.search(r"Admin token: (\S+)", output)
+    assert (
+        f"tiergate is up at http://127.0.0.1:{port}" in output
+        and "sk-local-dev" in output
+        and token
+    )
+    # Ctrl-C / SIGTERM stops the simulated tiers too.
+    time.sleep(0.5)
+    for offset in range(3):
+        with pytest.raises(OSError):
+            send("GET", f"http://127.0.0.1:{base + offset}/health", key=None, timeout=1)
