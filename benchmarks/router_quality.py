@@ -25,6 +25,7 @@ import math
 import platform
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +77,9 @@ def log(message: str) -> None:
 # -- MMLU: cross-validated APGR / CPT / ECE ---------------------------------------------------
 
 
-def mmlu_section(labels: LabelSet, variants: Sequence[str], folds: int) -> dict[str, Any]:
+def mmlu_section(
+    labels: LabelSet, variants: Sequence[str], folds: int, seeds: int
+) -> dict[str, Any]:
     costs, source = default_costs(labels.tiers)
     out: dict[str, Any] = {
         "data": MMLU,
@@ -85,46 +88,81 @@ def mmlu_section(labels: LabelSet, variants: Sequence[str], folds: int) -> dict[
         "costs": list(costs),
         "uniform_quality": labels.correct.mean(axis=0).tolist(),
         "folds": folds,
+        "split_seeds": seeds,
         "variants": {},
     }
     log("MMLU: plain hashed n-gram logistic baseline")
     out["baseline_logistic_ngrams"] = _baseline(labels, costs, folds)
     feats = featurize(labels.requests, TrainConfig().spec)
     for name in variants:
-        config = VARIANTS[name]
-        log(f"MMLU: {name}, {folds}-fold cross-validation")
-        started = time.perf_counter()
-        cv = cross_validate(labels, config, folds, features=feats)
-        doc = evaluate(cv.proba, labels.correct, labels.tiers, costs, cost_source=source)
-        per_fold = [
-            apgr_cpt(cv.proba[cv.fold == f], labels.correct[cv.fold == f], costs)[0]
-            for f in range(folds)
-        ]
-        tier = labels.tiers[0]
-        raw = _risk_as_proba(cv.score)
-        summary = {
-            "apgr": doc["apgr"],
-            "apgr_fold_mean": float(np.mean(per_fold)),
-            "apgr_fold_std": float(np.std(per_fold, ddof=1)),
-            "apgr_raw_score": apgr_cpt(raw, labels.correct, costs)[0],
-            "cpt50": doc["cpt50"],
-            "cpt80": doc["cpt80"],
-            "auc": doc["per_tier"][tier]["auc"],
-            "ece": doc["per_tier"][tier]["ece"],
-            "brier": doc["per_tier"][tier]["brier"],
-            "pretest": doc["pretest"],
-            "seconds": round(time.perf_counter() - started, 1),
-            "config": config.as_dict(),
+        runs = []
+        for seed in range(seeds):
+            config = replace(VARIANTS[name], seed=seed)
+            log(f"MMLU: {name}, {folds}-fold cross-validation, split seed {seed}")
+            runs.append(
+                _mmlu_run(labels, feats, config, folds=folds, costs=costs, source=str(source))
+            )
+        summary = {**runs[0], "seed_runs": [_headline(r) for r in runs]}
+        for key in ("apgr", "cpt50", "cpt80", "ece", "auc"):
+            values = [r[key] for r in runs]
+            summary[f"{key}_seed_mean"] = float(np.mean(values))
+            summary[f"{key}_seed_sd"] = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+        summary["targets_met_seed_mean"] = {
+            "apgr": summary["apgr_seed_mean"] >= TARGETS["apgr"],
+            "cpt50": summary["cpt50_seed_mean"] <= TARGETS["cpt50"],
+            "ece": summary["ece_seed_mean"] <= TARGETS["ece"],
         }
-        summary["targets_met"] = {
-            "apgr": summary["apgr"] >= TARGETS["apgr"],
-            "cpt50": summary["cpt50"] <= TARGETS["cpt50"],
-            "ece": summary["ece"] <= TARGETS["ece"],
-        }
-        summary["frontier"] = doc["frontier"]
         out["variants"][name] = summary
-        log(f"  APGR {summary['apgr']:.4f}  CPT50 {summary['cpt50']:.4f}  ECE {summary['ece']:.4f}")
+        log(
+            f"  APGR {summary['apgr_seed_mean']:.4f} +- {summary['apgr_seed_sd']:.4f}  "
+            f"CPT50 {summary['cpt50_seed_mean']:.4f}  ECE {summary['ece_seed_mean']:.4f}"
+        )
     return out
+
+
+def _headline(run: dict[str, Any]) -> dict[str, Any]:
+    keys = ("apgr", "apgr_raw_score", "cpt50", "cpt80", "auc", "ece", "brier", "seconds")
+    return {k: run[k] for k in keys} | {"seed": run["config"]["seed"]}
+
+
+def _mmlu_run(
+    labels: LabelSet,
+    feats: FeatureMatrix,
+    config: TrainConfig,
+    *,
+    folds: int,
+    costs: Sequence[float],
+    source: str,
+) -> dict[str, Any]:
+    started = time.perf_counter()
+    cv = cross_validate(labels, config, folds, features=feats)
+    doc = evaluate(cv.proba, labels.correct, labels.tiers, costs, cost_source=source)
+    per_fold = [
+        apgr_cpt(cv.proba[cv.fold == f], labels.correct[cv.fold == f], costs)[0]
+        for f in range(folds)
+    ]
+    tier = labels.tiers[0]
+    run = {
+        "apgr": doc["apgr"],
+        "apgr_fold_mean": float(np.mean(per_fold)),
+        "apgr_fold_std": float(np.std(per_fold, ddof=1)),
+        "apgr_raw_score": apgr_cpt(_risk_as_proba(cv.score), labels.correct, costs)[0],
+        "cpt50": doc["cpt50"],
+        "cpt80": doc["cpt80"],
+        "auc": doc["per_tier"][tier]["auc"],
+        "ece": doc["per_tier"][tier]["ece"],
+        "brier": doc["per_tier"][tier]["brier"],
+        "pretest": doc["pretest"],
+        "seconds": round(time.perf_counter() - started, 1),
+        "config": config.as_dict(),
+        "frontier": doc["frontier"],
+    }
+    run["targets_met"] = {
+        "apgr": run["apgr"] >= TARGETS["apgr"],
+        "cpt50": run["cpt50"] <= TARGETS["cpt50"],
+        "ece": run["ece"] <= TARGETS["ece"],
+    }
+    return run
 
 
 def _baseline(labels: LabelSet, costs: Sequence[float], folds: int) -> dict[str, Any]:
@@ -333,26 +371,27 @@ def write_markdown(doc: dict[str, Any], path: Path) -> None:
         "Targets: APGR >= 0.70, CPT(50%) <= 25%, ECE <= 0.03. Random routing: APGR 0.50, "
         "CPT(50%) 50%.",
         "",
-        "| router | APGR | APGR per fold (mean +- sd) | CPT(50%) | CPT(80%) | AUC | ECE | "
-        "Brier | targets met |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| router | APGR (mean +- sd over split seeds) | CPT(50%) | CPT(80%) | AUC | ECE | "
+        "targets met (on the means) |",
+        "|---|---|---|---|---|---|---|",
     ]
     b = m["baseline_logistic_ngrams"]
     lines.append(
-        f"| hashed 1-2-gram logistic baseline (raw score) | {b['apgr']:.3f} | | "
-        f"{b['cpt50']:.1%} | {b['cpt80']:.1%} | | | | |"
+        f"| hashed 1-2-gram logistic baseline (raw score, seed 0) | {b['apgr']:.3f} | "
+        f"{b['cpt50']:.1%} | {b['cpt80']:.1%} | | | |"
     )
     for name, v in m["variants"].items():
-        met = ", ".join(k for k, ok in v["targets_met"].items() if ok) or "none"
+        met = ", ".join(k for k, ok in v["targets_met_seed_mean"].items() if ok) or "none"
         lines.append(
-            f"| {name} | {v['apgr']:.3f} | {v['apgr_fold_mean']:.3f} +- {v['apgr_fold_std']:.3f}"
-            f" | {v['cpt50']:.1%} | {v['cpt80']:.1%} | {v['auc']:.3f} | {v['ece']:.4f} | "
-            f"{v['brier']:.4f} | {met} |"
+            f"| {name} | {v['apgr_seed_mean']:.3f} +- {v['apgr_seed_sd']:.3f} | "
+            f"{v['cpt50_seed_mean']:.1%} | {v['cpt80_seed_mean']:.1%} | "
+            f"{v['auc_seed_mean']:.3f} | {v['ece_seed_mean']:.4f} | {met} |"
         )
     lines += [
         "",
         "APGR and CPT rank by the calibrated probability (what thresholds can use); "
-        "`apgr_raw_score` in the JSON ranks by the raw score.",
+        "`apgr_raw_score` in the JSON ranks by the raw score. Each seed is a different "
+        "5-fold split; per-seed figures are in the JSON.",
         "",
     ]
     ll = doc["llama"]
@@ -432,7 +471,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", type=Path, default=REPO.parent / "shared/data/labels")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks/results")
-    parser.add_argument("--variants", default="linear,linear-crossfit,gbdt-crossfit")
+    parser.add_argument("--variants", default="linear,linear-crossfit,gbdt")
+    parser.add_argument("--split-seeds", type=int, default=3, help="MMLU fold splits per variant")
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--seeds", type=int, default=4)
     parser.add_argument("--boot", type=int, default=2000)
@@ -448,7 +488,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "machine": f"{platform.machine()} {platform.processor() or ''} "
         f"Python {platform.python_version()}".strip(),
     }
-    doc["mmlu"] = mmlu_section(mixtral, variants, args.folds)
+    doc["mmlu"] = mmlu_section(mixtral, variants, args.folds, args.split_seeds)
     doc["llama"] = llama_section(llama, mixtral, args.seeds, args.folds, args.boot)
     doc["seconds"] = time.perf_counter() - started
     doc["finished"] = time.strftime("%Y-%m-%d %H:%M")

@@ -60,6 +60,13 @@ def render_card(facts: CardFacts) -> str:
     for i, (tier, cost) in enumerate(zip(facts.tiers, facts.costs, strict=True)):
         lines.append(f"| {i} | {tier} | {cost:g} |")
     lines += ["", f"Costs: {facts.cost_source}.", ""]
+    lines += [
+        "APGR and CPT are RouteLLM's, with the share of top-tier calls generalised to the "
+        "normalised cost (cost - c_cheapest) / (c_top - c_cheapest); `apgr_static` is what a "
+        "blind random split between tiers scores on the same axis (0.5 for two tiers), so a "
+        "router is only as good as its margin over it.",
+        "",
+    ]
     lines += ["## Model", "", f"- scorer: `{facts.scorer}` {dict(facts.scorer_params)}"]
     lines += ["- calibration: one isotonic regression per non-top tier, monotone along the ladder"]
     lines += ["", "## Data", ""]
@@ -93,7 +100,7 @@ def render_card(facts: CardFacts) -> str:
 def _metrics_table(m: Mapping[str, Any]) -> list[str]:
     lines = ["| metric | value |", "|---|---|"]
     lines.append(f"| rows | {m.get('n')} |")
-    for key in ("apgr", "cpt50", "cpt80"):
+    for key in ("apgr", "apgr_static", "cpt50", "cpt80"):
         lines.append(f"| {key} | {_fmt(m.get(key))} |")
     for tier, row in (m.get("per_tier") or {}).items():
         for key in ("auc", "ece", "brier", "base_rate"):
@@ -106,12 +113,7 @@ def _metrics_table(m: Mapping[str, Any]) -> list[str]:
         )
     pre = m.get("pretest") or {}
     if pre:
-        lines.append(
-            f"| pre-test | p={_fmt(pre.get('p'))}, eps={_fmt(pre.get('eps'))}, "
-            f"delta={_fmt(pre.get('delta'))}, predicted saving "
-            f"{_fmt(pre.get('predicted_saving'))}, measured {_fmt(pre.get('measured_saving'))}"
-            f" -> {'pays' if pre.get('routing_pays') else 'does not pay'} |"
-        )
+        lines.append(f"| pre-test | {pre.get('message', '')} |")
     lines.append("")
     return lines
 

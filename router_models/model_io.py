@@ -67,6 +67,7 @@ def save_model(model: RouterModel, path: str | Path) -> Path:
         },
         "calibration": {
             "include_top": cal.include_top,
+            "centered": cal.centered,
             "n_calibrated": len(cal.thresholds_x_),
             "n_labelled": cal.n_labelled_,
         },
@@ -120,6 +121,7 @@ def _build(document: dict[str, Any], arrays: dict[str, np.ndarray[Any, Any]]) ->
         [np.asarray(arrays[f"{_CAL_X}{k}"], dtype=np.float64) for k in range(n_cal)],
         [np.asarray(arrays[f"{_CAL_Y}{k}"], dtype=np.float64) for k in range(n_cal)],
         include_top=bool(cal_doc["include_top"]),
+        centered=bool(cal_doc.get("centered", False)),
         n_labelled=[int(n) for n in cal_doc.get("n_labelled", [])],
     )
     spec = GramSpec(**document["gram_spec"])

@@ -10,7 +10,7 @@ salted), and insertion-ordered dicts rather than sets keep the summation order f
 
 from __future__ import annotations
 
-import re
+import string
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -27,7 +27,20 @@ __all__ = [
     "tokens",
 ]
 
-_TOKEN: Final = re.compile(r"\w+")
+# Tokens are what is left between whitespace once ASCII punctuation (except "_") and common
+# typographic punctuation become spaces: one C-level translate and split, about 2.5x faster
+# than re.findall(r"\w+") on MMLU-sized prompts. Non-ASCII letters stay inside tokens.
+_SEPARATORS: Final = str.maketrans(
+    dict.fromkeys(
+        [c for c in string.punctuation if c != "_"]
+        + list("\u00a0\u2013\u2014\u2018\u2019\u201c\u201d\u2026\u00ab\u00bb\u00b7\u2022"),
+        " ",
+    )
+)
+_ASCII_FOLD: Final[dict[int, int | str | None]] = {
+    **_SEPARATORS,
+    **{ord(c): ord(c.lower()) for c in string.ascii_uppercase},
+}
 # Only the head and tail of a very long prompt are read, so one decision stays bounded.
 HEAD_CHARS: Final = 6144
 TAIL_CHARS: Final = 2048
@@ -39,7 +52,9 @@ class GramSpec:
 
     bits: int = 18
     word_weight: float = 1.0
-    bigram_weight: float = 0.7
+    # Bigrams cost ~40 us per MMLU prompt on the lean path (a tuple key per pair, a cache of
+    # ~100k pairs) for about +0.003 APGR, within noise: off by default.
+    bigram_weight: float = 0.0
     char_weight: float = 0.3
     char_min: int = 3
     char_max: int = 5
@@ -63,8 +78,11 @@ def clip_text(text: str) -> str:
 
 
 def tokens(text: str) -> list[str]:
-    """Lower-cased word tokens of the clipped text."""
-    return _TOKEN.findall(clip_text(text).lower())
+    """Lower-cased word tokens of the clipped text (see `_SEPARATORS`)."""
+    clipped = clip_text(text)
+    if clipped.isascii():  # O(1): CPython stores the flag; one translate also lower-cases
+        return clipped.translate(_ASCII_FOLD).split()
+    return clipped.lower().translate(_SEPARATORS).split()
 
 
 def bigram_key(first: str, second: str) -> str:

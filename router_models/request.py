@@ -73,11 +73,16 @@ def _view_chat(request: Mapping[str, Any], messages: list[Any]) -> RequestView:
     system: list[str] = []
     total = n_user = n_assistant = n_tool = n_media = 0
     for message in messages:
-        if not isinstance(message, Mapping):
+        # `type(...) is dict` first: JSON bodies are dicts, and an ABC isinstance costs ~0.3 us.
+        if type(message) is not dict and not isinstance(message, Mapping):
             continue
-        text, media = content_text(message.get("content"))
+        content = message.get("content")
+        if type(content) is str:
+            text = content
+        else:
+            text, media = content_text(content)
+            n_media += media
         total += len(text)
-        n_media += media
         role = message.get("role")
         if role == "user":
             n_user += 1
@@ -93,22 +98,23 @@ def _view_chat(request: Mapping[str, Any], messages: list[Any]) -> RequestView:
             n_tool += 1
         if text:
             last_any = text
+    # Positional: the hot path builds one of these per request.
     return RequestView(
-        text=last_user or last_any,
-        system_text="\n".join(system),
-        total_chars=total,
-        prompt_tokens=total / CHARS_PER_TOKEN,
-        n_messages=len(messages),
-        n_user=n_user,
-        n_assistant=n_assistant,
-        n_tool=n_tool,
-        n_media=n_media,
-        has_tools=_non_empty(request.get("tools")) or _non_empty(request.get("functions")),
-        has_response_format=_structured(request.get("response_format")),
-        max_tokens=_number(request.get("max_completion_tokens", request.get("max_tokens"))),
-        temperature=_number(request.get("temperature")),
-        n_choices=_count(request.get("n")),
-        is_chat=True,
+        last_user or last_any,
+        "\n".join(system),
+        total,
+        total / CHARS_PER_TOKEN,
+        len(messages),
+        n_user,
+        n_assistant,
+        n_tool,
+        n_media,
+        _non_empty(request.get("tools")) or _non_empty(request.get("functions")),
+        _structured(request.get("response_format")),
+        _number(request.get("max_completion_tokens", request.get("max_tokens"))),
+        _number(request.get("temperature")),
+        _count(request.get("n")),
+        True,
     )
 
 

@@ -45,6 +45,7 @@ __all__ = [
     "fit_router",
     "fit_scorer_elsewhere",
     "request_key",
+    "unseen_rows",
 ]
 
 Progress = Callable[[int], None]
@@ -144,7 +145,7 @@ def fit_scorer_elsewhere(
     progress: Progress | None = None,
 ) -> Scorer:
     """A scorer trained on `scorer_labels` minus every request that also occurs in `labels`."""
-    subset = scorer_labels.subset(_unseen(scorer_labels, labels))
+    subset = scorer_labels.subset(unseen_rows(scorer_labels, labels))
     feats = featurize(subset.requests, config.spec, progress)
     return _fit_scorer(config, feats, difficulty(subset.correct, config.label))
 
@@ -235,7 +236,8 @@ def _split(labels: LabelSet, cfg: TrainConfig) -> tuple[NDArray[np.intp], NDArra
     return np.sort(order[n_cal:]), np.sort(order[:n_cal])
 
 
-def _unseen(scorer_labels: LabelSet, labels: LabelSet) -> NDArray[np.intp]:
+def unseen_rows(scorer_labels: LabelSet, labels: LabelSet) -> NDArray[np.intp]:
+    """Rows of `scorer_labels` whose request does not occur in `labels`."""
     seen = {request_key(r) for r in labels.requests}
     return np.asarray(
         [i for i, r in enumerate(scorer_labels.requests) if request_key(r) not in seen],

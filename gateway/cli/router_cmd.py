@@ -148,12 +148,14 @@ def train(
                 )
         data_facts = [_data_facts("calibration" if scorer_labels else "training", labels)]
         if scorer_labels is not None:
-            data_facts.insert(
-                0,
-                _data_facts(
-                    "scorer training (requests also in the calibration data removed)", scorer_labels
-                ),
+            from router_models.training import unseen_rows
+
+            used = len(unseen_rows(scorer_labels, labels))
+            role = (
+                f"scorer training ({len(scorer_labels) - used} requests that also occur in the "
+                "calibration data removed)"
             )
+            data_facts.insert(0, _data_facts(role, scorer_labels, used))
         report = {
             "config": config.as_dict(),
             "tiers": list(labels.tiers),
@@ -181,7 +183,7 @@ def train(
                 scorer_params=model.scorer.get_params(deep=False),
                 data=data_facts,
                 metrics=held_out,
-                metrics_note=f"{cv}-fold cross-validation on the training data." if cv else "",
+                metrics_note=_cv_note(cv, scorer_labels is not None),
                 notes=notes.read_text() if notes else "",
             )
         )
@@ -463,21 +465,47 @@ def _evaluate_doc(
         alpha=alpha,
         cost_source=cost_source,
     )
-    doc["data"] = {"files": dict(labels.files), "sources": dict(labels.sources)}
+    doc["data"] = {
+        "files": {Path(name).name: rows for name, rows in labels.files.items()},
+        "sources": dict(labels.sources),
+    }
     return doc
+
+
+def _cv_note(folds: int, separate_scorer: bool) -> str:
+    if not folds:
+        return ""
+    if separate_scorer:
+        return (
+            f"{folds}-fold cross-validation over the calibration rows: the scorer, trained on "
+            "the separate set, is fixed; each fold's calibrators never saw its rows."
+        )
+    return f"{folds}-fold cross-validation of the whole recipe on the training data."
 
 
 def _summary(doc: dict[str, Any] | None) -> dict[str, Any] | None:
     if doc is None:
         return None
-    keys = ("n", "apgr", "cpt50", "cpt80", "per_tier", "uniform_baseline", "pretest")
+    keys = (
+        "n",
+        "apgr",
+        "apgr_static",
+        "cpt50",
+        "cpt80",
+        "per_tier",
+        "uniform_baseline",
+        "pretest",
+    )
     return {k: doc[k] for k in keys}
 
 
-def _data_facts(role: str, labels: LabelSet) -> Any:
+def _data_facts(role: str, labels: LabelSet, used: int | None = None) -> Any:
+    """What the card says about a data set; files by name only (no local paths)."""
     from router_models.card import DataFacts
 
-    return DataFacts(role, dict(labels.files), dict(labels.sources), labels.tiers, len(labels))
+    files = {Path(name).name: rows for name, rows in labels.files.items()}
+    rows = len(labels) if used is None else used
+    return DataFacts(role, files, dict(labels.sources), labels.tiers, rows)
 
 
 def _facts_dict(facts: Any) -> dict[str, Any]:

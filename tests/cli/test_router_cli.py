@@ -189,3 +189,64 @@ def test_missing_file_wrong_tiers_and_bad_model(
         ],
     )
     assert k_mismatch.exit_code == 2 and "has 3 tiers" in k_mismatch.stderr
+
+
+def test_train_with_a_separate_scorer_set(tmp_path: Path, data_file: Path) -> None:
+    other, _ = two_type_labels(500, 0.5, 0.05, 0.6, tiers=("weak", "strong"), seed=11)
+    score_file = write_jsonl(tmp_path / "score.jsonl", other)
+    out = tmp_path / "m"
+    result = runner.invoke(
+        app,
+        [
+            "router",
+            "train",
+            "--data",
+            str(data_file),
+            "--tiers",
+            TIERS,
+            "--out",
+            str(out),
+            "--score-data",
+            str(score_file),
+            "--cv",
+            "3",
+            "--json",
+        ],
+    )
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["cross_validation"]["per_tier"]["nvfp4"]["auc"] > 0.6
+    card = (out / "MODEL_CARD.md").read_text()
+    assert "scorer training" in card and "rows used: 500" in card
+
+
+def test_tune_with_budget_and_explicit_costs(model_dir: Path, data_file: Path) -> None:
+    result = runner.invoke(
+        app,
+        [
+            "router",
+            "tune",
+            "--model",
+            str(model_dir),
+            "--data",
+            str(data_file),
+            "--budget",
+            "0.5",
+            "--costs",
+            "nvfp4=0.25,w4a16=0.3,bf16=1",
+            "--json",
+        ],
+    )
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["expected_cost"] <= 0.5 + 1e-12
+    assert doc["costs"] == {"nvfp4": 0.25, "w4a16": 0.3, "bf16": 1.0}
+
+
+def test_unknown_tier_names_get_the_ladder_default_with_a_note(tmp_path: Path) -> None:
+    labels, _ = two_type_labels(300, 0.6, 0.05, 0.5, tiers=("small", "large"), seed=3)
+    path = write_jsonl(tmp_path / "x.jsonl", labels)
+    result = runner.invoke(app, ["router", "evaluate", "--cv", "2", "--data", str(path), "--json"])
+    assert result.exit_code == 0, result.stderr
+    assert "not precisions" in result.stderr
+    assert json.loads(result.stdout)["costs"] == {"small": 0.5, "large": 1.0}

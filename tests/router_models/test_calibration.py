@@ -49,13 +49,27 @@ def test_ladder_monotonicity_is_enforced_when_fits_cross() -> None:
     assert np.all(proba[:, 1] >= proba[:, 0])
 
 
-def test_matches_sklearn_isotonic_regression_on_each_column() -> None:
+def test_plain_mode_matches_sklearn_isotonic_regression() -> None:
     score, adequate = sample()
-    cal = TierCalibration().fit(score, adequate)
+    cal = TierCalibration(centered=False).fit(score, adequate)
     iso = IsotonicRegression(increasing=False, y_min=0.0, y_max=1 - 1 / 2002, out_of_bounds="clip")
     iso.fit(score, adequate[:, 0])
     grid = np.linspace(-4, 4, 301)
     np.testing.assert_allclose(cal.predict_proba(grid)[:, 0], iso.predict(grid), atol=1e-15)
+
+
+def test_centred_map_keeps_block_means_and_breaks_ties() -> None:
+    score, adequate = sample()
+    plain = TierCalibration(centered=False).fit(score, adequate)
+    centred = TierCalibration().fit(score, adequate)
+    # Same mean probability on the calibration data (block means are preserved), more levels.
+    p_plain = plain.predict_proba(score)[:, 0]
+    p_centred = centred.predict_proba(score)[:, 0]
+    assert abs(p_plain.mean() - p_centred.mean()) < 0.005
+    assert np.unique(p_centred).size > 3 * np.unique(p_plain).size
+    inner = (score > centred.thresholds_x_[0][0]) & (score < centred.thresholds_x_[0][-1])
+    order = np.argsort(score[inner])
+    assert np.all(np.diff(p_centred[inner][order]) < 0)  # strictly falling between the ends
 
 
 @settings(max_examples=60, deadline=None)
@@ -82,7 +96,7 @@ def test_absolute_label_calibrates_the_top_tier() -> None:
 
 def test_estimator_contract() -> None:
     cal = TierCalibration(include_top=True)
-    assert clone(cal).get_params() == {"include_top": True}
+    assert clone(cal).get_params() == {"include_top": True, "centered": True}
     with pytest.raises(NotFittedError):
         cal.predict_proba([0.0])
     with pytest.raises(ValueError, match="labels must lie"):
