@@ -11,6 +11,8 @@ DIR/model.json      format, version, tiers, label, gram spec, scorer name/params
 DIR/arrays.npz      scorer__<name> and calibration__x_<k> / calibration__y_<k> arrays
 DIR/MODEL_CARD.md   written by training (see card.py); not read back
 DIR/report.json     written by training; not read back
+DIR/validation.npz  optional (train --cv): out-of-fold probabilities and per-tier scores of the
+                    training rows, what a gateway tunes tenant thresholds on (`load_validation`)
 ```
 """
 
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
+from numpy.typing import NDArray
 
 from router_models.calibration import TierCalibration
 from router_models.errors import ModelFormatError
@@ -31,12 +34,23 @@ from router_models.model import RouterModel
 from router_models.ngrams import GramSpec
 from router_models.scorers import scorer_from_state
 
-__all__ = ["ARRAYS_FILE", "FORMAT", "MODEL_FILE", "VERSION", "load_model", "save_model"]
+__all__ = [
+    "ARRAYS_FILE",
+    "FORMAT",
+    "MODEL_FILE",
+    "VALIDATION_FILE",
+    "VERSION",
+    "load_model",
+    "load_validation",
+    "save_model",
+    "save_validation",
+]
 
 FORMAT: Final = "tiergate-router"
 VERSION: Final = 1
 MODEL_FILE: Final = "model.json"
 ARRAYS_FILE: Final = "arrays.npz"
+VALIDATION_FILE: Final = "validation.npz"
 _SCORER: Final = "scorer__"
 _CAL_X: Final = "calibration__x_"
 _CAL_Y: Final = "calibration__y_"
@@ -107,6 +121,37 @@ def load_model(path: str | Path) -> RouterModel:
         raise
     except (KeyError, TypeError, ValueError, OSError, zipfile.BadZipFile) as exc:
         raise ModelFormatError(f"{root}: invalid model ({type(exc).__name__}: {exc})") from None
+
+
+def save_validation(
+    path: str | Path, proba: NDArray[np.float64], correct: NDArray[np.float64]
+) -> Path:
+    """Store held-out (n, K) probabilities and per-tier scores next to a model."""
+    p = np.asarray(proba, dtype=np.float64)
+    c = np.asarray(correct, dtype=np.float64)
+    if p.ndim != 2 or p.shape != c.shape:
+        raise ValueError("proba and correct must both have shape (n, K)")
+    out = Path(path) / VALIDATION_FILE
+    np.savez_compressed(out, allow_pickle=False, proba=p, correct=c)
+    return out
+
+
+def load_validation(
+    path: str | Path,
+) -> tuple[NDArray[np.float64], NDArray[np.float64]] | None:
+    """(proba, correct) from a model directory's validation.npz, or None when it has none."""
+    source = Path(path) / VALIDATION_FILE
+    if not source.is_file():
+        return None
+    try:
+        with np.load(source, allow_pickle=False) as npz:
+            proba = np.asarray(npz["proba"], dtype=np.float64)
+            correct = np.asarray(npz["correct"], dtype=np.float64)
+    except (KeyError, ValueError, OSError, zipfile.BadZipFile) as exc:
+        raise ModelFormatError(f"{source}: invalid validation set ({exc})") from None
+    if proba.ndim != 2 or proba.shape != correct.shape:
+        raise ModelFormatError(f"{source}: proba and correct differ in shape")
+    return proba, correct
 
 
 def _build(document: dict[str, Any], arrays: dict[str, np.ndarray[Any, Any]]) -> RouterModel:

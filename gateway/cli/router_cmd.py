@@ -128,6 +128,7 @@ def train(
                 labels, config, features=feats, scorer_labels=scorer_labels, progress=None
             )
             held_out = None
+            result_proba = None
             if cv:
                 task = step(f"cross-validating {cv} folds", cv)
                 result = cross_validate(
@@ -138,6 +139,7 @@ def train(
                     scorer_labels=scorer_labels,
                     on_fold=lambda _: task(1),
                 )
+                result_proba = result.proba
                 held_out = _evaluate_doc(
                     result.proba,
                     labels=labels,
@@ -172,6 +174,10 @@ def train(
             cross_validation=_summary(held_out),
         )
         model.save(out)
+        if result_proba is not None:
+            from router_models.model_io import save_validation
+
+            save_validation(out, result_proba, labels.correct)
         card = render_card(
             CardFacts(
                 title=title or f"tiergate router: {scorer} over {', '.join(labels.tiers)}",
@@ -185,6 +191,7 @@ def train(
                 metrics=held_out,
                 metrics_note=_cv_note(cv, scorer_labels is not None),
                 notes=notes.read_text() if notes else "",
+                extra=_validation_note(len(labels)) if cv else {},
             )
         )
         (out / "MODEL_CARD.md").write_text(card)
@@ -470,6 +477,16 @@ def _evaluate_doc(
         "sources": dict(labels.sources),
     }
     return doc
+
+
+def _validation_note(rows: int) -> dict[str, str]:
+    return {
+        "Validation set": (
+            f"`validation.npz` holds the out-of-fold probabilities (n, K) and per-tier scores "
+            f"of the {rows} rows above, from the cross-validation: what a gateway tunes tenant "
+            "thresholds on from an accuracy floor (`router_models.model_io.load_validation`)."
+        )
+    }
 
 
 def _cv_note(folds: int, separate_scorer: bool) -> str:

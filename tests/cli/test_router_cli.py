@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from gateway.cli.main import app
 from router_models.model import RouterModel
+from router_models.model_io import load_validation
 from tests.router_models.synthetic import two_type_labels, write_jsonl
 
 runner = CliRunner()
@@ -218,6 +219,11 @@ def test_train_with_a_separate_scorer_set(tmp_path: Path, data_file: Path) -> No
     assert doc["cross_validation"]["per_tier"]["nvfp4"]["auc"] > 0.6
     card = (out / "MODEL_CARD.md").read_text()
     assert "scorer training" in card and "rows used: 500" in card
+    validation = load_validation(out)
+    assert validation is not None
+    proba, correct = validation
+    assert proba.shape == correct.shape == (600, 3)
+    assert load_validation(tmp_path) is None
 
 
 def test_tune_with_budget_and_explicit_costs(model_dir: Path, data_file: Path) -> None:
