@@ -8,11 +8,14 @@ from gateway.routing.policy import RoutingPolicy
 
 def build_policy(settings: Settings) -> RoutingPolicy:
     """The calibrated difficulty router, with the configured model or the shipped default."""
-    from gateway.routing.router import RouterPolicy
+    from gateway.routing.router import RouterPolicy, Validation
     from router_models.model import RouterModel, default_model_path
+    from router_models.model_io import load_validation
 
     model_dir = settings.router.model_dir or default_model_path()
-    return RouterPolicy(RouterModel.load(model_dir), settings)
+    held_out = load_validation(model_dir)
+    validation = None if held_out is None else Validation(*held_out)
+    return RouterPolicy(RouterModel.load(model_dir), settings, validation)
 
 
 __all__ = ["build_policy"]

@@ -100,3 +100,55 @@ def test_restricted_tenant_stays_on_its_tiers(ladder: Ladder) -> None:
     tenant = TenantRegistry(config, {}).tenants["t"]
     request = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
     assert policy.decide(request, "chat", tenant).tier == 2  # nvfp4 is not allowed; w4a16 needs 1.0
+
+
+def test_alpha_tenant_is_tuned_and_never_worse_than_uniform(ladder: Ladder) -> None:
+    config = settings(ladder, [{"name": "floor", "api_keys": ["k"], "alpha": 0.97}])
+    policy = build_policy(config)
+    assert isinstance(policy, RouterPolicy)
+    routing = policy.routing["floor"]
+    assert routing.source == "alpha" and routing.routing_pays is not None
+    assert routing.uniform_floor_tier is not None
+    if not routing.routing_pays:
+        # The honest fallback: thresholds equivalent to the cheapest uniform tier meeting alpha.
+        floor = routing.uniform_floor_tier
+        tenant = TenantRegistry(config, {}).tenants["floor"]
+        for question in QUESTIONS:
+            request = {"model": MODEL, "messages": [{"role": "user", "content": question}]}
+            assert policy.decide(request, "chat", tenant).tier == floor
+
+
+def test_alpha_exports_routing_pays_and_the_floor_baseline(ladder: Ladder) -> None:
+    config = settings(ladder, [{"name": "floor", "api_keys": [API_KEY], "alpha": 0.97}])
+    with GatewayThread(config, policy_factory=build_policy) as gw:
+        routing = gw.app.runtime.policy.routing["floor"]  # type: ignore[attr-defined]
+        assert gw.metric("tiergate_routing_pays", {"tenant": "floor"}) == float(
+            routing.routing_pays
+        )
+        assert gw.app.metrics.uniform_floor_tier["floor"] == routing.uniform_floor_tier
+        reply = send(
+            "POST",
+            f"{gw.url}/v1/chat/completions",
+            {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+        )
+        assert reply.status == 200
+        served = reply.headers["x-tiergate-tier"]
+        gw.metric_at_least(
+            "tiergate_requests_total",
+            {"tenant": "floor", "tier": served, "endpoint": "chat", "status": "200"},
+            1,
+        )
+        saved = gw.metric(
+            "tiergate_estimated_savings_total", {"tenant": "floor", "baseline": "uniform_floor"}
+        )
+        over = gw.metric(
+            "tiergate_estimated_overspend_total", {"tenant": "floor", "baseline": "uniform_floor"}
+        )
+        cost = {tier.name: tier.relative_cost for tier in config.tiers}
+        floor_cost = config.tiers[routing.uniform_floor_tier].relative_cost
+        if cost[served] < floor_cost:
+            assert saved > 0 and over == 0
+        elif cost[served] > floor_cost:
+            assert over > 0 and saved == 0
+        else:
+            assert saved == 0 and over == 0
