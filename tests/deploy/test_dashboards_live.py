@@ -7,17 +7,15 @@ tier busy while two waves of traffic (traffic.py), a few scrapes apart, give eve
 increase inside the rate window. Then each panel's PromQL, with Grafana's variables
 substituted, goes through /api/v1/query and must return at least one finite sample; the
 alert rules must evaluate without error, and the error-rate alert must see the injected 5xx.
-
-Panels fed by features still landing are listed in PENDING with the reason and a check that
-says the feature is still missing; once it is there, their panels must have data too. Their
-queries run either way, so they must already be valid PromQL.
+Every panel must have data: routing, the observer and planner, and shadow evaluation with
+online recalibration are all switched on (FEATURE_SETTINGS).
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -25,12 +23,10 @@ from typing import Any, Final
 import pytest
 
 from gateway.app import PolicyFactory
-from gateway.config import Settings, TenantSettings, parse_settings
+from gateway.config import Settings, parse_settings
 from gateway.routing.factory import build_policy
-from gateway.routing.policy import TopTierPolicy
 from tests.deploy.promserver import PrometheusServer, local_scrape_config
 from tests.deploy.support import (
-    PanelQuery,
     concrete,
     label_values_query,
     panel_queries,
@@ -42,13 +38,10 @@ from tests.helpers import MODEL, GatewayThread, Ladder
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.timeout(120)]
 
-# -- hooks: how the gateway is started, so that features landing later get exercised --------
-# The production routing policy: today the top-tier placeholder, the calibrated router once
-# it lands (then probabilities, escalations and the uniform-floor savings fill in).
+# -- how the gateway is started: the production router and every feature switched on --------
 ROUTING_POLICY: Final[PolicyFactory] = build_policy
-# Settings that switch on shadow evaluation and the live observer/planner. A top-level key is
-# applied once gateway.config.Settings has that field, a `tenant:` key once TenantSettings
-# has it; until then it is ignored. Adjust the values to the final shapes when they land.
+# Settings that switch on shadow evaluation and the live observer/planner (a `tenant:` key
+# applies to every tenant).
 FEATURE_SETTINGS: Final[dict[str, Any]] = {
     # Live observer and planner: every request sampled, scraped and planned twice a second.
     "observer": {
@@ -60,9 +53,15 @@ FEATURE_SETTINGS: Final[dict[str, Any]] = {
         "plan_interval_s": 0.5,
     },
     "planner": {"hardware": "h200"},  # the simulators' cost model
-    # Shadow evaluation (issue 9): guessed shapes, replay every cheaper-tier request.
+    # Shadow evaluation: replay every request, refit often.
     # The simulators decode deterministically whatever the temperature, so text judges apply.
-    "shadow": {"rate": 1.0, "assume_deterministic": True},
+    "shadow": {
+        "rate": 1.0,
+        "explore_rate": 1.0,
+        "assume_deterministic": True,
+        "min_labels": 5,
+        "recalibrate_interval_s": 0.5,
+    },
     "tenant:shadow_rate": 1.0,
 }
 SIM_FLAGS: Final = ("--prefix-caching", "--spec-decode")
@@ -72,67 +71,6 @@ SIM_VLLM_ARGS: Final = [
     "--speculative-config",
     '{"method": "ngram", "num_speculative_tokens": 4}',
 ]
-
-
-# Panels (or one target, `#B`) this traffic cannot populate until a feature lands: the reason,
-# and the check that says the feature is still missing. Once it is there, the panel must
-# have data like every other.
-@dataclass(frozen=True)
-class Pending:
-    reason: str
-    missing: Callable[[Settings], bool]
-
-
-def _placeholder_router(settings: Settings) -> bool:
-    return isinstance(ROUTING_POLICY(settings), TopTierPolicy)
-
-
-def _lacks(field: str) -> Callable[[Settings], bool]:
-    return lambda _settings: field not in Settings.model_fields
-
-
-_ROUTER = Pending(
-    "the placeholder policy sends everything to the top tier, without a probability",
-    _placeholder_router,
-)
-_FLOOR = Pending(
-    "GatewayMetrics.uniform_floor_tier is set only by the router (tenant alpha)",
-    _placeholder_router,
-)
-_SHADOW = Pending("shadow evaluation (issue 9) has not landed", _lacks("shadow"))
-# Predicted adequacy needs the router's probabilities; recalibration needs its scores.
-_CALIBRATED = Pending(
-    "predictions and recalibration need the difficulty router", _placeholder_router
-)
-_OBSERVER = Pending("the live regime observer and planner have not landed", _lacks("observer"))
-PENDING: Final[dict[str, Pending]] = {
-    "tiergate-traffic/Chosen-tier probability": _ROUTER,
-    "tiergate-traffic/Escalations (served by another tier than decided)": _ROUTER,
-    "tiergate-calibration/Mean routing probability by decided tier": _ROUTER,
-    "tiergate-savings/Net saved against the uniform floor (share of its cost)": _FLOOR,
-    "tiergate-savings/Net saved over the range, against the uniform floor": _FLOOR,
-    # Overspend exists only against the uniform floor: nothing costs more than the top tier.
-    "tiergate-savings/Savings and overspend rate by baseline#B": _FLOOR,
-    "tiergate-savings/Routing pays (pre-test)": _ROUTER,
-    "tiergate-calibration/Predicted and observed adequacy per tier#A": _CALIBRATED,
-    "tiergate-calibration/Observed minus predicted adequacy": _CALIBRATED,
-    "tiergate-calibration/Expected calibration error": _CALIBRATED,
-    "tiergate-calibration/Calibration drift alarm": _CALIBRATED,
-    "tiergate-calibration/Shadow replays by outcome": _SHADOW,
-    "tiergate-calibration/Shadow labels by verdict": _SHADOW,
-    "tiergate-calibration/Recalibrations over the range": _CALIBRATED,
-    "tiergate-regime/Concurrency C (gateway observer)": _OBSERVER,
-    "tiergate-regime/Prefix share rho#A": _OBSERVER,
-    "tiergate-regime/Repetitiveness r#A": _OBSERVER,
-    "tiergate-regime/Recommended and running flags": _OBSERVER,
-    "tiergate-regime/Flag drift over time": _OBSERVER,
-    "tiergate-regime/Expected cost per token: recommended against running": _OBSERVER,
-}
-
-
-def _pending(query: PanelQuery, settings: Settings) -> Pending | None:
-    entry = PENDING.get(query.key) or PENDING.get(f"{query.dashboard}/{query.panel}")
-    return entry if entry is not None and entry.missing(settings) else None
 
 
 def _settings(ladder: Ladder) -> Settings:
@@ -161,10 +99,9 @@ def _settings(ladder: Ladder) -> Settings:
     for key, value in FEATURE_SETTINGS.items():
         if key.startswith("tenant:"):
             field = key.removeprefix("tenant:")
-            if field in TenantSettings.model_fields:
-                for tenant in data["tenants"]:
-                    tenant[field] = value
-        elif key in Settings.model_fields:
+            for tenant in data["tenants"]:
+                tenant[field] = value
+        else:
             data[key] = value
     try:
         return parse_settings(data)
@@ -210,23 +147,13 @@ def _finite(result: list[dict[str, Any]]) -> bool:
     return any(math.isfinite(float(sample["value"][1])) for sample in result)
 
 
-def test_every_panel_returns_data(stack: Stack, capsys: pytest.CaptureFixture[str]) -> None:
-    empty, still_pending = [], []
+def test_every_panel_returns_data(stack: Stack) -> None:
+    empty = []
     for query in panel_queries():
         result = stack.prometheus.query(concrete(query.expr))
-        pending = _pending(query, stack.settings)
-        if pending is None and not _finite(result):
+        if not _finite(result):
             empty.append(f"{query.key}: {result or 'no series'}\n  {concrete(query.expr)}")
-        elif pending is not None and not _finite(result):
-            still_pending.append(f"{query.key}: {pending.reason}")
-    with capsys.disabled():
-        print("\nempty until a feature lands:\n  " + "\n  ".join(still_pending or ["none"]))
     assert not empty, "panels without data:\n" + "\n".join(empty)
-
-
-def test_pending_names_real_panels() -> None:
-    keys = {q.key for q in panel_queries()} | {f"{q.dashboard}/{q.panel}" for q in panel_queries()}
-    assert set(PENDING) <= keys, sorted(set(PENDING) - keys)
 
 
 def test_template_variables_have_values(stack: Stack) -> None:

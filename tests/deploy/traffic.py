@@ -34,7 +34,8 @@ def tenants() -> list[dict[str, Any]]:
     """default: all tiers; batch: never the top tier, no pins; capped: rate-limited; load:
     the background streams (apart, so they do not dilute the others' error ratios)."""
     return [
-        {"name": "default", "api_keys": [API_KEY]},
+        # An accuracy floor too, so its pins above the floor tier show up as overspend.
+        {"name": "default", "api_keys": [API_KEY], "alpha": 0.95},
         {
             "name": "batch",
             "api_keys": [BATCH_KEY],
