@@ -173,9 +173,10 @@ def gateway_config(app: object, host: str, port: int, log_level: str = "info") -
 
 
 def serve_workers(config_path: Path, host: str, port: int, workers: int) -> None:
-    """One gateway process per worker on a shared socket; metrics merged across workers.
+    """One gateway process per worker, each on its own SO_REUSEPORT socket; metrics merged
+    across workers.
 
-    Workers are fresh interpreters (uvicorn spawns them), each building its own Gateway from
+    Workers are fresh interpreters (spawned, not forked), each building its own Gateway from
     $TIERGATE_CONFIG; counters and histograms go to files in $PROMETHEUS_MULTIPROC_DIR,
     which any worker's /metrics merges.
     """
@@ -188,14 +189,9 @@ def serve_workers(config_path: Path, host: str, port: int, workers: int) -> None
             stale.unlink()
     else:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="tiergate-metrics-")
-    uvicorn.run(
-        "gateway.app:create_app_from_env",
-        factory=True,
-        host=host,
-        port=port,
-        workers=workers,
-        **gateway_server_options(),
-    )
+    from gateway.workers import WorkerSupervisor
+
+    WorkerSupervisor(host, port, workers).run()
 
 
 def banner(

@@ -144,7 +144,11 @@ def serve(
         if path is None:
             typer.echo("tiergate: --workers needs a --config file (each worker reads it)", err=True)
             raise typer.Exit(2)
-        serve_workers(path, host or settings.server.host, settings.server.port, count)
+        try:
+            serve_workers(path, host or settings.server.host, settings.server.port, count)
+        except OSError as error:  # the address is taken or not ours to bind
+            typer.echo(f"tiergate: cannot listen: {error}", err=True)
+            raise typer.Exit(1) from error
         return
     exit_on_sigterm()
     app = build_app(
