@@ -105,7 +105,7 @@ def forget_dead_worker(pid: int | None) -> None:
         return
     from prometheus_client import multiprocess
 
-    multiprocess.mark_process_dead(pid)
+    multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
 
 
 __all__ = ["WorkerSupervisor", "reuseport_socket"]
