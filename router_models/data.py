@@ -6,7 +6,9 @@
 ```
 The request the router sees is the row's `request` object when present, else the row without
 its label fields (`id`, `correct`, `source`). A `null` score means "no label for this tier" and
-becomes NaN. Every problem is reported as a `LabelDataError` naming the file and the line.
+becomes NaN. Rows that carry only precomputed `features` (the gateway's shadow log when the
+tenant does not keep text) have nothing a scorer can read; they are skipped and counted. Every
+other problem is reported as a `LabelDataError` naming the file and the line.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class LabelSet:
     ids: tuple[str, ...]
     sources: Mapping[str, int] = field(default_factory=dict)
     files: Mapping[str, int] = field(default_factory=dict)
+    skipped_without_text: int = 0
 
     def __post_init__(self) -> None:
         if self.correct.shape != (len(self.requests), len(self.tiers)):
@@ -62,6 +65,7 @@ class LabelSet:
             ids=tuple(self.ids[i] for i in idx),
             sources=self.sources,
             files=self.files,
+            skipped_without_text=self.skipped_without_text,
         )
 
 
@@ -85,23 +89,37 @@ def load_labels(paths: Sequence[str | Path], tiers: Sequence[str] | None = None)
     scores: list[list[float]] = []
     sources: Counter[str] = Counter()
     files: dict[str, int] = {}
+    skipped = 0
     for path in paths:
         name = str(path)
         before = len(requests)
         for line_no, row in _rows(Path(path)):
             if ladder is None:
                 ladder = _ladder_from_row(name, line_no, row)
+            if _features_only(row):
+                skipped += 1
+                continue
             request, row_scores = _parse_row(name, line_no, row, ladder)
             requests.append(request)
             scores.append(row_scores)
             ids.append(str(row.get("id", f"{Path(name).name}:{line_no}")))
             sources[str(row.get("source", "unknown"))] += 1
         if len(requests) == before:
-            raise LabelDataError(name, "no label rows (empty file)")
+            what = "rows with request text" if skipped else "label rows (empty file)"
+            raise LabelDataError(name, f"no {what}")
         files[name] = len(requests) - before
     assert ladder is not None  # at least one row was read
     correct = np.asarray(scores, dtype=np.float64).reshape(len(requests), len(ladder))
-    return LabelSet(ladder, tuple(requests), correct, tuple(ids), dict(sources), files)
+    return LabelSet(ladder, tuple(requests), correct, tuple(ids), dict(sources), files, skipped)
+
+
+def _features_only(row: Mapping[str, Any]) -> bool:
+    return (
+        "features" in row
+        and row.get("messages") is None
+        and row.get("prompt") is None
+        and row.get("request") is None
+    )
 
 
 def _rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:

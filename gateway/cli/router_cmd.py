@@ -374,7 +374,14 @@ def _load(paths: Sequence[Path] | None, tiers: str | None) -> LabelSet:
     if not paths:
         _fail("give at least one --data FILE")
     ladder = parse_tiers(tiers) if tiers else None
-    return load_labels(paths, ladder)
+    labels = load_labels(paths, ladder)
+    if labels.skipped_without_text:
+        typer.echo(
+            f"note: skipped {labels.skipped_without_text} row(s) that carry features but no "
+            "request text (shadow.keep_text or the tenant's shadow_keep_text keeps it)",
+            err=True,
+        )
+    return labels
 
 
 def _costs(tiers: Sequence[str], text: str | None) -> tuple[tuple[float, ...], str]:

@@ -73,7 +73,13 @@ def up(
     import secrets
 
     from gateway.app import build_app
-    from gateway.launcher import banner, exit_on_sigterm, local_sim_specs, running_sims
+    from gateway.launcher import (
+        banner,
+        exit_on_sigterm,
+        freeze_startup_heap,
+        local_sim_specs,
+        running_sims,
+    )
     from gateway.routing.factory import build_policy
 
     settings = _settings(config, port, sim_base_port)
@@ -117,6 +123,7 @@ def up(
                     admin_token=admin_token,
                 )
             )
+            freeze_startup_heap()
             run_event_loop(_serve(app, host, settings.server.port))
     except RuntimeError as exc:
         typer.echo(f"tiergate: {exc}", err=True)
@@ -134,7 +141,7 @@ def serve(
 ) -> None:
     """Run the gateway alone, in front of the tiers named in the configuration."""
     from gateway.app import build_app
-    from gateway.launcher import exit_on_sigterm, serve_workers
+    from gateway.launcher import exit_on_sigterm, freeze_startup_heap, serve_workers
     from gateway.routing.factory import build_policy
 
     settings = _settings(config, port)
@@ -154,6 +161,7 @@ def serve(
     app = build_app(
         settings, policy_factory=build_policy, config_path=_config_path(config), watch_config=True
     )
+    freeze_startup_heap()
     run_event_loop(_serve(app, host or settings.server.host, settings.server.port))
 
 

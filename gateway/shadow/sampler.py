@@ -281,21 +281,28 @@ class ShadowSampler:
         judge_name: str,
         predicted: float | None,
     ) -> dict[str, Any]:
+        # Every tier of the ladder, cheapest first, null where this exchange says nothing:
+        # `tiergate router train --data` reads the file as it is.
+        correct: dict[str, float | None] = dict.fromkeys(self.names)
+        correct[tier] = 1.0 if adequate else 0.0
+        correct[self.names[-1]] = 1.0
         line: dict[str, Any] = {
             "id": uuid.uuid4().hex,
-            "correct": {tier: 1.0 if adequate else 0.0, self.names[-1]: 1.0},
+            "correct": correct,
             "source": f"shadow:{exchange.tenant}",
-            "tenant": exchange.tenant,
-            "at": self.clock(),
-            "judge": judge_name,
-            "p": predicted,
+            "shadow": {
+                "tenant": exchange.tenant,
+                "at": self.clock(),
+                "judge": judge_name,
+                "p": predicted,
+            },
         }
         request = exchange.request
         if self.keep_text.get(exchange.tenant, False):
             if "messages" in request:
-                line["messages"] = request["messages"]
+                line["request"] = {"messages": request["messages"]}
             else:
-                line["prompt"] = request.get("prompt")
+                line["request"] = {"prompt": request.get("prompt")}
         elif self.features is not None:
             line["features"] = self.features(request)
         return line

@@ -82,6 +82,15 @@ def test_empty_missing_and_corrupt_files(tmp_path: Path) -> None:
         load_labels([bad], ["x", "y"])
 
 
+def test_rows_with_only_features_are_skipped_and_counted(tmp_path: Path) -> None:
+    features_only = {"id": "f", "correct": {"x": 0, "y": 1}, "features": {"prompt_tokens": 3}}
+    path = write(tmp_path / "shadow.jsonl", [json.dumps(features_only), json.dumps(GOOD)])
+    labels = load_labels([path])
+    assert len(labels) == 1 and labels.ids == ("a",) and labels.skipped_without_text == 1
+    with pytest.raises(LabelDataError, match="no rows with request text"):
+        load_labels([write(tmp_path / "only.jsonl", [json.dumps(features_only)])])
+
+
 def test_parse_tiers() -> None:
     assert parse_tiers(" a, b ,c") == ("a", "b", "c")
     for bad in ("a", "a,,b", "a,a"):

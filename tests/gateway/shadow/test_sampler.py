@@ -7,7 +7,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from gateway.sim import quality
+from router_models.data import load_labels
 from tests.helpers import API_KEY, MODEL, GatewayThread, Ladder, fixed_policy, send
 
 ADMIN = "shadow-admin"
@@ -60,10 +63,24 @@ def test_shadow_labels_match_the_quality_model(ladder: Ladder, tmp_path: Path) -
         assert ladder.sims[2].stats()["requests"] - bf16_before == 20  # one replay each, on bf16
         lines = [json.loads(line) for line in log.read_text().splitlines()]
         assert len(lines) == 20
-        by_text = {line["messages"][0]["content"]: line for line in lines}
+        by_text = {line["request"]["messages"][0]["content"]: line for line in lines}
         for text, adequate in zip(EASY + HARD, truth, strict=True):
-            assert by_text[text]["correct"] == {"nvfp4": float(adequate), "bf16": 1.0}
+            assert by_text[text]["correct"] == {
+                "nvfp4": float(adequate),
+                "w4a16": None,
+                "bf16": 1.0,
+            }
             assert by_text[text]["source"] == "shadow:default"
+        # The log is a label file as it stands: the ladder comes from it, unlabelled tiers are NaN.
+        labels_read = load_labels([log])
+        assert labels_read.tiers == ("nvfp4", "w4a16", "bf16")
+        assert len(labels_read) == 20 and labels_read.skipped_without_text == 0
+        nvfp4 = {
+            r["messages"][0]["content"]: c
+            for r, c in zip(labels_read.requests, labels_read.correct[:, 0], strict=True)
+        }
+        assert [nvfp4[text] for text in EASY + HARD] == [float(a) for a in truth]
+        assert np.isnan(labels_read.correct[:, 1]).all()
         labels = {"tenant": "default", "tier": "nvfp4"}
         assert gw.metric(
             "tiergate_shadow_labels_total", {**labels, "adequate": "false"}
