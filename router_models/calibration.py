@@ -64,11 +64,20 @@ class TierCalibration(BaseEstimator):  # type: ignore[misc]
             raise ValueError("adequacy labels must lie in [0, 1]")
         xs: list[NDArray[np.float64]] = []
         ys: list[NDArray[np.float64]] = []
+        counts = labelled.sum(axis=0)
+        if not np.any(counts >= 2):
+            raise ValueError("no calibrated tier has at least 2 labelled rows")
         for k in range(y.shape[1]):
             rows = labelled[:, k]
-            n = int(rows.sum())
+            n = int(counts[k])
             if n < 2:
-                raise ValueError(f"calibrated tier {k} has {n} labelled rows; need at least 2")
+                # Shadow labels can leave a tier unlabelled. A more precise tier is never less
+                # likely adequate, so the next cheaper tier's map is an honest lower bound; a
+                # cheapest tier without labels gets probability 0 (never chosen on a guess).
+                bx, by = (xs[-1], ys[-1]) if xs else (np.zeros(1), np.zeros(1))
+                xs.append(bx)
+                ys.append(by)
+                continue
             cap = 1.0 - 1.0 / (n + 2.0)
             iso = IsotonicRegression(increasing=False, y_min=0.0, y_max=cap, out_of_bounds="clip")
             iso.fit(x[rows], y[rows, k])

@@ -134,6 +134,21 @@ def evaluate(
     """The `tiergate router evaluate --json` document for held-out probabilities."""
     complete = ~np.isnan(correct).any(axis=1)
     c, p = correct[complete], proba[complete]
+    if not complete.any():
+        # Shadow labels score one cheaper tier per request: calibration can be judged, the
+        # cost-quality curves cannot (they need every tier's score on the same rows).
+        return {
+            "n": int(correct.shape[0]),
+            "n_complete": 0,
+            "tiers": list(tiers),
+            "label": label,
+            "costs": dict(zip(tiers, map(float, costs), strict=True)),
+            "costs_source": str(cost_source),
+            "per_tier": calibration_metrics(proba, correct, tiers, label),
+            "alpha": alpha,
+            "note": "no row has every tier's score: frontiers, APGR/CPT, tune and the "
+            "pre-test need complete rows",
+        }
     front = routed_frontier(p, c, costs)
     apgr, (cpt50, cpt80) = apgr_cpt(p, c, costs)
     floor = quality_floor(c, alpha)

@@ -148,6 +148,13 @@ def train(
                     label=config.label,
                     alpha=alpha,
                 )
+        for tier, count in zip(labels.tiers, model.calibration.n_labelled_, strict=False):
+            if count < 2:
+                typer.echo(
+                    f"note: tier {tier} has {count} label(s); it gets the next cheaper tier's "
+                    "probabilities (a lower bound), or 0 when it is the cheapest",
+                    err=True,
+                )
         data_facts = [_data_facts("calibration" if scorer_labels else "training", labels)]
         if scorer_labels is not None:
             from router_models.training import unseen_rows
@@ -261,7 +268,7 @@ def evaluate(
             label=used_label,
             alpha=alpha,
         )
-        if plot is not None:
+        if plot is not None and "note" not in doc:
             _plot_from_doc(doc, plot)
         _emit(doc, json_out, _evaluate_text(doc))
 
@@ -520,7 +527,7 @@ def _summary(doc: dict[str, Any] | None) -> dict[str, Any] | None:
         "uniform_baseline",
         "pretest",
     )
-    return {k: doc[k] for k in keys}
+    return {k: doc.get(k) for k in keys}
 
 
 def _data_facts(role: str, labels: LabelSet, used: int | None = None) -> Any:
@@ -559,6 +566,9 @@ def _evaluate_text(doc: dict[str, Any]) -> str:
         lines.append(
             f"  {tier}: auc {_fmt(m['auc'])}  ece {_fmt(m['ece'])}  brier {_fmt(m['brier'])}"
         )
+    if "note" in doc:
+        lines.append(doc["note"])
+        return "\n".join(lines)
     lines.append(
         f"APGR {_fmt(doc['apgr'])}  CPT(50%) {_fmt(doc['cpt50'])}  CPT(80%) {_fmt(doc['cpt80'])}"
     )

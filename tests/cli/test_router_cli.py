@@ -256,3 +256,38 @@ def test_unknown_tier_names_get_the_ladder_default_with_a_note(tmp_path: Path) -
     assert result.exit_code == 0, result.stderr
     assert "not precisions" in result.stderr
     assert json.loads(result.stdout)["costs"] == {"small": 0.5, "large": 1.0}
+
+
+def test_train_on_shadow_log_lines(data_file: Path, tmp_path: Path) -> None:
+    """Shadow labels score one cheaper tier per request (null elsewhere); privacy-mode lines
+    carry features only. Training uses what is there and says what it could not."""
+    rows = [json.loads(line) for line in data_file.read_text().splitlines()]
+    shadow = tmp_path / "shadow.jsonl"
+    with shadow.open("w") as handle:
+        for i, row in enumerate(rows):
+            correct = {"nvfp4": row["correct"]["nvfp4"], "w4a16": None, "bf16": 1.0}
+            request = {k: row[k] for k in ("messages", "prompt") if k in row}
+            line: dict[str, object] = {"id": str(i), "correct": correct, "source": "shadow:t"}
+            line.update({"request": request} if i % 10 else {"features": {"n": 1}})
+            handle.write(json.dumps(line) + "\n")
+    out = tmp_path / "m"
+    result = runner.invoke(
+        app, ["router", "train", "--data", str(shadow), "--out", str(out), "--cv", "3"]
+    )
+    assert result.exit_code == 0, result.stderr
+    assert "skipped 60 row(s)" in result.stderr
+    assert "tier w4a16 has 0 label(s)" in result.stderr
+    model = RouterModel.load(out)
+    assert model.calibration.n_labelled_[0] > 100 and model.calibration.n_labelled_[1] == 0
+    bodies = [
+        r["request"] for r in map(json.loads, shadow.read_text().splitlines()) if "request" in r
+    ]
+    proba = model.predict_proba(bodies[:50])
+    assert (proba[:, 1] == proba[:, 0]).all()  # the unlabelled tier inherits the cheaper map
+    result = runner.invoke(
+        app, ["router", "evaluate", "--model", str(out), "--data", str(shadow), "--json"]
+    )
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["n_complete"] == 0 and "need complete rows" in doc["note"]
+    assert doc["per_tier"]["nvfp4"]["auc"] > 0.6

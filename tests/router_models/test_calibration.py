@@ -101,8 +101,22 @@ def test_estimator_contract() -> None:
         cal.predict_proba([0.0])
     with pytest.raises(ValueError, match="labels must lie"):
         TierCalibration().fit([0.0, 1.0], [[0.5], [2.0]])
-    with pytest.raises(ValueError, match="need at least 2"):
+    with pytest.raises(ValueError, match="no calibrated tier has at least 2"):
         TierCalibration().fit([0.0, 1.0], [[np.nan], [1.0]])
+
+
+def test_an_unlabelled_tier_inherits_the_cheaper_map_and_an_unlabelled_cheapest_gets_zero() -> None:
+    rng = np.random.default_rng(0)
+    scores = rng.normal(size=400)
+    adequate = (rng.random(400) > 1 / (1 + np.exp(-2 * scores))).astype(float)
+    middle_blank = np.c_[adequate, np.full(400, np.nan), adequate]
+    cal = TierCalibration().fit(scores, middle_blank)
+    proba = cal.predict_proba(scores)
+    assert np.array_equal(proba[:, 1], proba[:, 0])
+    assert cal.n_labelled_ == [400, 0, 400]
+    cheapest_blank = np.c_[np.full(400, np.nan), adequate]
+    proba = TierCalibration().fit(scores, cheapest_blank).predict_proba(scores)
+    assert (proba[:, 0] == 0.0).all() and proba[:, 1].max() > 0.5
 
 
 def test_from_thresholds_validates() -> None:
