@@ -84,8 +84,26 @@ async def tenants(request: Request, gateway: Gateway) -> Any:
             "allow_pinning": tenant.allow_pinning,
             "inflight": gateway.admission.inflight.get(name, 0),
             "limits": tenant.settings.limits.model_dump(),
+            "routing": routing_view(runtime.policy, name, names),
         }
         for name, tenant in runtime.tenants.tenants.items()
+    }
+
+
+def routing_view(policy: object, tenant: str, names: list[str]) -> dict[str, Any] | None:
+    """A tenant's thresholds, where they came from and the pre-test's verdict (router only)."""
+    from gateway.routing.router import RouterPolicy
+
+    if not isinstance(policy, RouterPolicy) or tenant not in policy.routing:
+        return None
+    routing = policy.routing[tenant]
+    floor = routing.uniform_floor_tier
+    return {
+        "thresholds": dict(zip(names[:-1], routing.thresholds, strict=True)),
+        "source": routing.source,
+        "routing_pays": routing.routing_pays,
+        "uniform_floor_tier": None if floor is None else names[floor],
+        "recalibrated": tenant in policy.tenant_models,
     }
 
 

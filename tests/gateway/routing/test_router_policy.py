@@ -152,3 +152,30 @@ def test_alpha_exports_routing_pays_and_the_floor_baseline(ladder: Ladder) -> No
             assert over > 0 and saved == 0
         else:
             assert saved == 0 and over == 0
+
+
+def test_admin_tenants_shows_each_tenants_routing(ladder: Ladder) -> None:
+    data = ladder.settings().model_dump(mode="json")
+    data["tenants"] = [
+        {"name": "floor", "api_keys": ["k1"], "alpha": 0.97},
+        {"name": "fixed", "api_keys": ["k2"], "thresholds": {"nvfp4": 0.9, "w4a16": 0.5}},
+    ]
+    data["admin"] = {"token": "adm"}
+    config = parse_settings(data)
+    with GatewayThread(config, policy_factory=build_policy) as gw:
+        reply = send("GET", f"{gw.url}/admin/tenants", None, key="adm")
+        assert reply.status == 200
+        view = reply.json()
+        routing = gw.app.runtime.policy.routing["floor"]  # type: ignore[attr-defined]
+        assert view["floor"]["routing"]["source"] == "alpha"
+        assert view["floor"]["routing"]["routing_pays"] == routing.routing_pays
+        assert view["floor"]["routing"]["uniform_floor_tier"] == (
+            config.tiers[routing.uniform_floor_tier].name
+        )
+        assert view["fixed"]["routing"] == {
+            "thresholds": {"nvfp4": 0.9, "w4a16": 0.5},
+            "source": "explicit",
+            "routing_pays": None,
+            "uniform_floor_tier": None,
+            "recalibrated": False,
+        }
