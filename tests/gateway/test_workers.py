@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -23,6 +24,18 @@ def scrape(url: str) -> str:
         return str(response.read().decode())
 
 
+def listening_sockets(port: int) -> int:
+    """LISTEN sockets on `port` (Linux /proc): one per worker once it has bound its own."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(FileNotFoundError), open(table) as handle:
+            for line in list(handle)[1:]:
+                fields = line.split()
+                if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":
+                    count += 1
+    return count
+
+
 def requests_total(text: str) -> float:
     return sum(
         float(match.group(1))
@@ -40,6 +53,11 @@ def test_two_workers_share_the_port_and_the_counters(ladder: Ladder, tmp_path: P
     process = GatewayProcess(path, env=env)
     process.argv_extra = ["--workers", "2"]
     with process as gw:
+        # /health answers as soon as the first worker listens; wait for the second.
+        deadline = time.monotonic() + 60
+        while listening_sockets(gw.port) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert listening_sockets(gw.port) == 2
         body = json.dumps(
             {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
         ).encode()
@@ -53,8 +71,7 @@ def test_two_workers_share_the_port_and_the_counters(ladder: Ladder, tmp_path: P
             with urllib.request.urlopen(request, timeout=30) as response:
                 return int(response.status)
 
-        # Concurrent fresh connections: sequential ones may all be accepted by whichever
-        # worker wakes first on the shared socket; under load both workers accept.
+        # Fresh connections: the kernel hashes each one to one worker's socket.
         with ThreadPoolExecutor(max_workers=16) as pool:
             statuses = list(pool.map(call, range(REQUESTS)))
         assert statuses == [200] * REQUESTS
