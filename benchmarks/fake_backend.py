@@ -22,11 +22,20 @@ BODY = orjson.dumps(
         "object": "chat.completion",
         "created": 1,
         "model": MODEL,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "hello there, friend"}, "finish_reason": "stop"}],
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "hello there, friend"},
+                "finish_reason": "stop",
+            }
+        ],
         "usage": {"prompt_tokens": 12, "total_tokens": 28, "completion_tokens": 16},
     }
 )
-JSON_RESPONSE = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(BODY), BODY)
+JSON_RESPONSE = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+    % (len(BODY), BODY)
+)
 
 
 def _event(payload: dict[str, object]) -> bytes:
@@ -34,14 +43,27 @@ def _event(payload: dict[str, object]) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
 
 
-STREAM_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+STREAM_HEAD = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+)
 CHUNK = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 1, "model": MODEL}
 STREAM_EVENTS = [
-    _event({**CHUNK, "choices": [{"index": 0, "delta": {"content": f" tok{i}"}, "finish_reason": None}]})
+    _event(
+        {
+            **CHUNK,
+            "choices": [{"index": 0, "delta": {"content": f" tok{i}"}, "finish_reason": None}],
+        }
+    )
     for i in range(16)
 ]
 STREAM_TAIL = (
-    _event({**CHUNK, "choices": [], "usage": {"prompt_tokens": 12, "total_tokens": 28, "completion_tokens": 16}})
+    _event(
+        {
+            **CHUNK,
+            "choices": [],
+            "usage": {"prompt_tokens": 12, "total_tokens": 28, "completion_tokens": 16},
+        }
+    )
     + b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"
 )
 HEALTH = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"
@@ -83,7 +105,9 @@ class Backend(asyncio.Protocol):
 
 
 async def main(port: int) -> None:
-    server = await asyncio.get_running_loop().create_server(Backend, "127.0.0.1", port, backlog=4096)
+    server = await asyncio.get_running_loop().create_server(
+        Backend, "127.0.0.1", port, backlog=4096
+    )
     await server.serve_forever()
 
 

@@ -48,7 +48,9 @@ LITELLM_VENV = REPO / ".venv-bench-litellm"
 KEY = "sk-bench"
 CHAT = {
     "model": "bench",
-    "messages": [{"role": "user", "content": "hello, how are you today? write me a python function"}],
+    "messages": [
+        {"role": "user", "content": "hello, how are you today? write me a python function"}
+    ],
     "max_tokens": 16,
 }
 STREAM = {**CHAT, "stream": True}
@@ -65,10 +67,9 @@ def wait_http(url: str, timeout_s: float, process: subprocess.Popen[bytes]) -> N
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"{url}: process exited with {process.returncode}")
-        with contextlib.suppress(OSError):
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status < 500:
-                    return
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as response:
+            if response.status < 500:
+                return
         time.sleep(0.2)
     raise RuntimeError(f"{url} not up after {timeout_s}s")
 
@@ -102,7 +103,9 @@ def rss_mb(pid: int) -> float:
 
 
 class Target:
-    def __init__(self, name: str, argv: list[str], port: int, health: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, name: str, argv: list[str], port: int, health: str, env: dict[str, str] | None = None
+    ) -> None:
         self.name, self.argv, self.port, self.health = name, argv, port, health
         self.env = {**os.environ, **(env or {})}
         self.process: subprocess.Popen[bytes] | None = None
@@ -113,7 +116,11 @@ class Target:
 
     def start(self, timeout_s: float = 60) -> None:
         self.process = subprocess.Popen(
-            self.argv, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+            self.argv,
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
         )
         wait_http(self.url + self.health, timeout_s, self.process)
 
@@ -141,7 +148,9 @@ def _ms(text: str) -> float:
     return float(match.group(1)) * _UNITS[match.group(2)]
 
 
-def wrk(url: str, body: dict[str, Any], concurrency: int, duration_s: float, workdir: Path) -> dict[str, float]:
+def wrk(
+    url: str, body: dict[str, Any], concurrency: int, duration_s: float, workdir: Path
+) -> dict[str, float]:
     script = workdir / "post.lua"
     script.write_text(
         "wrk.method = 'POST'\n"
@@ -150,8 +159,19 @@ def wrk(url: str, body: dict[str, Any], concurrency: int, duration_s: float, wor
         f"wrk.headers['Authorization'] = 'Bearer {KEY}'\n"
     )
     out = subprocess.run(
-        ["wrk", "-t1", f"-c{concurrency}", f"-d{max(1, round(duration_s))}s", "--latency", "-s", str(script), url + "/v1/chat/completions"],
-        capture_output=True, text=True, check=True,
+        [
+            "wrk",
+            "-t1",
+            f"-c{concurrency}",
+            f"-d{max(1, round(duration_s))}s",
+            "--latency",
+            "-s",
+            str(script),
+            url + "/v1/chat/completions",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     percentiles = dict(re.findall(r"^\s+(50|75|90|99)%\s+(\S+)", out, re.M))
     requests = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
@@ -169,7 +189,8 @@ async def _ttft_once(port: int, payload: bytes) -> float:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     request = (
         b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-        + f"authorization: Bearer {KEY}\r\ncontent-length: {len(payload)}\r\nconnection: close\r\n\r\n".encode()
+        + f"authorization: Bearer {KEY}\r\ncontent-length: {len(payload)}\r\n".encode()
+        + b"connection: close\r\n\r\n"
         + payload
     )
     started = time.perf_counter()
@@ -198,10 +219,13 @@ def ttft_ms(port: int, samples: int = 200) -> float:
 
 def gateway_config(path: Path, backend_port: int) -> Path:
     tiers = "\n".join(
-        f"  - {{name: {name}, precision: {name}, endpoints: ['http://127.0.0.1:{backend_port}/v1'], served_model_name: bench-model}}"
+        f"  - {{name: {name}, precision: {name}, "
+        f"endpoints: ['http://127.0.0.1:{backend_port}/v1'], served_model_name: bench-model}}"
         for name in ("nvfp4", "w4a16", "bf16")
     )
-    path.write_text(f"model: bench\ntiers:\n{tiers}\ntenants:\n  - {{name: bench, api_keys: ['{KEY}']}}\n")
+    path.write_text(
+        f"model: bench\ntiers:\n{tiers}\ntenants:\n  - {{name: bench, api_keys: ['{KEY}']}}\n"
+    )
     return path
 
 
@@ -223,23 +247,50 @@ def ensure_litellm() -> Path | None:
     binary = LITELLM_VENV / "bin" / "litellm"
     if binary.exists():
         return binary
-    print("installing LiteLLM into .venv-bench-litellm (its own venv: its pins conflict) ...", flush=True)
+    print(
+        "installing LiteLLM into .venv-bench-litellm (its own venv: its pins conflict) ...",
+        flush=True,
+    )
     subprocess.run([PYTHON, "-m", "venv", str(LITELLM_VENV)], check=True)
-    result = subprocess.run([str(LITELLM_VENV / "bin" / "pip"), "install", "-q", "litellm[proxy]"], check=False)
+    result = subprocess.run(
+        [str(LITELLM_VENV / "bin" / "pip"), "install", "-q", "litellm[proxy]"], check=False
+    )
     return binary if result.returncode == 0 and binary.exists() else None
 
 
 @contextlib.contextmanager
 def targets(workdir: Path, with_litellm: bool) -> Iterator[dict[str, Target]]:
     backend_port = free_port()
-    backend = Target("direct", [PYTHON, str(REPO / "benchmarks" / "fake_backend.py"), str(backend_port)], backend_port, "/health")
+    backend = Target(
+        "direct",
+        [PYTHON, str(REPO / "benchmarks" / "fake_backend.py"), str(backend_port)],
+        backend_port,
+        "/health",
+    )
     made = {"direct": backend}
     lean_port = free_port()
-    made["lean"] = Target("lean", [PYTHON, str(REPO / "benchmarks" / "lean_proxy.py"), str(lean_port), str(backend_port)], lean_port, "/health")
+    made["lean"] = Target(
+        "lean",
+        [PYTHON, str(REPO / "benchmarks" / "lean_proxy.py"), str(lean_port), str(backend_port)],
+        lean_port,
+        "/health",
+    )
     gw_port = free_port()
     config = gateway_config(workdir / "tiergate.yaml", backend_port)
     made["tiergate"] = Target(
-        "tiergate", [PYTHON, "-m", "gateway.cli.main", "serve", "--config", str(config), "--port", str(gw_port)], gw_port, "/health"
+        "tiergate",
+        [
+            PYTHON,
+            "-m",
+            "gateway.cli.main",
+            "serve",
+            "--config",
+            str(config),
+            "--port",
+            str(gw_port),
+        ],
+        gw_port,
+        "/health",
     )
     if with_litellm:
         binary = ensure_litellm()
@@ -247,10 +298,24 @@ def targets(workdir: Path, with_litellm: bool) -> Iterator[dict[str, Target]]:
             port = free_port()
             made["litellm"] = Target(
                 "litellm",
-                [str(binary), "--config", str(litellm_config(workdir / "litellm.yaml", backend_port)), "--port", str(port), "--host", "127.0.0.1", "--num_workers", "1"],
+                [
+                    str(binary),
+                    "--config",
+                    str(litellm_config(workdir / "litellm.yaml", backend_port)),
+                    "--port",
+                    str(port),
+                    "--host",
+                    "127.0.0.1",
+                    "--num_workers",
+                    "1",
+                ],
                 port,
                 "/health/liveliness",
-                env={"LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False", "DISABLE_ADMIN_UI": "True"},
+                env={
+                    "LITELLM_LOG": "ERROR",
+                    "LITELLM_TELEMETRY": "False",
+                    "DISABLE_ADMIN_UI": "True",
+                },
             )
     try:
         for target in made.values():
@@ -274,16 +339,28 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             for c in concurrencies:
                 before = cpu_seconds(target.pid)
                 run = wrk(target.url, CHAT, c, args.duration, workdir)
-                run["cpu_ms_per_request"] = 1000 * (cpu_seconds(target.pid) - before) / max(1, run["requests"])
+                run["cpu_ms_per_request"] = (
+                    1000 * (cpu_seconds(target.pid) - before) / max(1, run["requests"])
+                )
                 entry["json"][str(c)] = run
-                print(f"{name:9s} c={c:<3d} {run['rps']:9.0f} req/s  p50 {run['p50_ms']:7.3f} ms  p99 {run['p99_ms']:7.3f} ms  cpu {run['cpu_ms_per_request']:.3f} ms/req", flush=True)
+                print(
+                    f"{name:9s} c={c:<3d} {run['rps']:9.0f} req/s  p50 {run['p50_ms']:7.3f} ms  "
+                    f"p99 {run['p99_ms']:7.3f} ms  cpu {run['cpu_ms_per_request']:.3f} ms/req",
+                    flush=True,
+                )
             before = cpu_seconds(target.pid)
             stream = wrk(target.url, STREAM, 8, args.duration, workdir)
-            stream["cpu_ms_per_request"] = 1000 * (cpu_seconds(target.pid) - before) / max(1, stream["requests"])
+            stream["cpu_ms_per_request"] = (
+                1000 * (cpu_seconds(target.pid) - before) / max(1, stream["requests"])
+            )
             entry["stream"] = stream
             entry["ttft_ms"] = ttft_ms(target.port)
             entry["rss_mb"] = rss_mb(target.pid)
-            print(f"{name:9s} stream c=8 cpu {stream['cpu_ms_per_request']:.3f} ms/stream  ttft p50 {entry['ttft_ms']:.3f} ms  rss {entry['rss_mb']:.0f} MB", flush=True)
+            print(
+                f"{name:9s} stream c=8 cpu {stream['cpu_ms_per_request']:.3f} ms/stream  "
+                f"ttft p50 {entry['ttft_ms']:.3f} ms  rss {entry['rss_mb']:.0f} MB",
+                flush=True,
+            )
             results["targets"][name] = entry
         if args.long_requests:
             gw = running["tiergate"]
@@ -309,19 +386,25 @@ def summarise(results: dict[str, Any]) -> dict[str, Any]:
     for name in t:
         if name == "direct":
             continue
-        summary["added"][name] = {c: {"p50_ms": added(name, c, "p50_ms"), "p99_ms": added(name, c, "p99_ms")} for c in cs}
+        summary["added"][name] = {
+            c: {"p50_ms": added(name, c, "p50_ms"), "p99_ms": added(name, c, "p99_ms")} for c in cs
+        }
         summary["ttft_added_ms"][name] = t[name]["ttft_ms"] - direct["ttft_ms"]
     for name in t:
         summary["max_rps"][name] = max(t[name]["json"][c]["rps"] for c in cs)
     gw = t["tiergate"]
     checks = {
         "tiergate_vs_lean_rps >= 0.75": summary["max_rps"]["tiergate"] / summary["max_rps"]["lean"],
-        "cpu_ms_per_json_request <= 0.35": statistics.median(gw["json"][c]["cpu_ms_per_request"] for c in cs),
+        "cpu_ms_per_json_request <= 0.35": statistics.median(
+            gw["json"][c]["cpu_ms_per_request"] for c in cs
+        ),
         "cpu_ms_per_16_chunk_stream <= 0.5": gw["stream"]["cpu_ms_per_request"],
         "added_p50_ms_at_c1 <= 0.6": summary["added"]["tiergate"][cs[0]]["p50_ms"],
     }
     if "litellm" in t:
-        checks["tiergate_vs_litellm_rps >= 30"] = summary["max_rps"]["tiergate"] / summary["max_rps"]["litellm"]
+        checks["tiergate_vs_litellm_rps >= 30"] = (
+            summary["max_rps"]["tiergate"] / summary["max_rps"]["litellm"]
+        )
     if "tiergate_long_runs" in results:
         runs = results["tiergate_long_runs"]
         checks["rss_mb_after_long_runs <= 150"] = runs[-1]["rss_mb"]
@@ -341,9 +424,16 @@ def _passes(name: str, value: float) -> str:
 def markdown(results: dict[str, Any], summary: dict[str, Any]) -> str:
     t, cs = results["targets"], [str(c) for c in results["concurrency"]]
     lines = [
-        f"Measured {results['date']} on {results['machine']} (one run; wrk -t1, {results['duration_s']} s per point).",
+        f"Measured {results['date']} on {results['machine']} "
+        f"(one run; wrk -t1, {results['duration_s']} s per point).",
         "",
-        "| target | added p50 ms at c=" + " / ".join(cs) + " | added p99 ms at c=" + " / ".join(cs) + " | max req/s | CPU ms per JSON request (c=" + "/".join(cs) + ") | CPU ms per 16-chunk stream | TTFT added ms | RSS MB |",
+        "| target | added p50 ms at c="
+        + " / ".join(cs)
+        + " | added p99 ms at c="
+        + " / ".join(cs)
+        + " | max req/s | CPU ms per JSON request (c="
+        + "/".join(cs)
+        + ") | CPU ms per 16-chunk stream | TTFT added ms | RSS MB |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for name, entry in t.items():
@@ -357,9 +447,16 @@ def markdown(results: dict[str, Any], summary: dict[str, Any]) -> str:
             ttft = f"{summary['ttft_added_ms'][name]:.2f}"
         cpu = " / ".join(f"{entry['json'][c]['cpu_ms_per_request']:.3f}" for c in cs)
         lines.append(
-            f"| {name} | {p50} | {p99} | {summary['max_rps'][name]:,.0f} | {cpu} | {entry['stream']['cpu_ms_per_request']:.3f} | {ttft} | {entry['rss_mb']:.0f} |"
+            f"| {name} | {p50} | {p99} | {summary['max_rps'][name]:,.0f} | {cpu} "
+            f"| {entry['stream']['cpu_ms_per_request']:.3f} | {ttft} | {entry['rss_mb']:.0f} |"
         )
-    lines += ["", "direct shows absolute values in parentheses.", "", "| target | value | met |", "|---|---|---|"]
+    lines += [
+        "",
+        "direct shows absolute values in parentheses.",
+        "",
+        "| target | value | met |",
+        "|---|---|---|",
+    ]
     for check, value in summary["checks"].items():
         lines.append(f"| {check} | {value:.3f} | {_passes(check, value)} |")
     return "\n".join(lines) + "\n"
@@ -397,21 +494,31 @@ def _cpu_model() -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--duration", type=float, default=5.0)
     parser.add_argument("--concurrency", default="1,8,64")
     parser.add_argument("--no-litellm", action="store_true")
-    parser.add_argument("--long-requests", type=int, default=50_000, help="per long run (two runs); 0 skips")
+    parser.add_argument(
+        "--long-requests", type=int, default=50_000, help="per long run (two runs); 0 skips"
+    )
     args = parser.parse_args()
     if shutil.which("wrk") is None:
-        sys.exit("wrk is required (Debian package wrk; tests/tools/install_system_deps.sh installs it)")
+        sys.exit(
+            "wrk is required (Debian package wrk; tests/tools/install_system_deps.sh installs it)"
+        )
     results = measure(args)
     results["date"] = datetime.date.today().isoformat()
-    results["machine"] = f"{os.cpu_count()} cores, {_cpu_model()}, Python {platform.python_version()}"
+    results["machine"] = (
+        f"{os.cpu_count()} cores, {_cpu_model()}, Python {platform.python_version()}"
+    )
     results["duration_s"] = args.duration
     summary = summarise(results)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "overhead.json").write_text(json.dumps({"results": results, "summary": summary}, indent=2))
+    (RESULTS / "overhead.json").write_text(
+        json.dumps({"results": results, "summary": summary}, indent=2)
+    )
     table = markdown(results, summary)
     (RESULTS / "overhead.md").write_text(table)
     chart(results, summary, RESULTS / "overhead.png")
