@@ -18,7 +18,9 @@ from urllib.parse import urlsplit
 from gateway.backends.h1client import ConnectionPool, UpstreamFailure
 
 
-async def main(url: str, key: str, total: int, concurrency: int, out: Path, *, stream: bool) -> None:
+async def main(
+    url: str, key: str, total: int, concurrency: int, out: Path, *, stream: bool
+) -> None:
     parts = urlsplit(url)
     pool = ConnectionPool(
         parts.hostname or "127.0.0.1", parts.port or 80, connect_timeout_s=10, max_idle=concurrency
@@ -71,4 +73,6 @@ if __name__ == "__main__":
     import uvloop
 
     url, key, total, concurrency, out = sys.argv[1:6]
-    uvloop.run(main(url, key, int(total), int(concurrency), Path(out), stream="--stream" in sys.argv))
+    uvloop.run(
+        main(url, key, int(total), int(concurrency), Path(out), stream="--stream" in sys.argv)
+    )
