@@ -1,4 +1,4 @@
-"""`tiergate serve --workers 2`: one socket, two processes, metrics merged across them."""
+"""`tiergate serve --workers 2`: one port, a socket per worker, metrics merged across them."""
 
 from __future__ import annotations
 
