@@ -361,15 +361,12 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
 def create_app_from_env() -> Gateway:
     """The factory each worker process calls (`tiergate serve --workers N`): the config
     path comes from $TIERGATE_CONFIG, set by the parent."""
-    from gateway.launcher import freeze_startup_heap
     from gateway.routing.factory import build_policy
 
     path = Path(os.environ[CONFIG_ENV])
-    app = build_app(
+    return build_app(
         load_settings(path), policy_factory=build_policy, config_path=path, watch_config=True
     )
-    freeze_startup_heap()
-    return app
 
 
 def build_app(

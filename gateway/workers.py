@@ -34,13 +34,13 @@ def reuseport_socket(host: str, port: int) -> socket.socket:
 
 
 def _worker_main(host: str, port: int) -> None:
-    from gateway.launcher import gateway_server_options
+    from gateway.app import create_app_from_env
+    from gateway.launcher import freeze_startup_heap, gateway_server_options
 
     sock = reuseport_socket(host, port)
-    config = uvicorn.Config(
-        "gateway.app:create_app_from_env", factory=True, **gateway_server_options()
-    )
-    uvicorn.Server(config).run(sockets=[sock])
+    app = create_app_from_env()
+    freeze_startup_heap()
+    uvicorn.Server(uvicorn.Config(app, **gateway_server_options())).run(sockets=[sock])
 
 
 class WorkerSupervisor:
@@ -76,7 +76,6 @@ class WorkerSupervisor:
             while not self._stopping:
                 for index, process in enumerate(self._workers):
                     if not process.is_alive() and not self._stopping:
-                        forget_dead_worker(process.pid)
                         time.sleep(RESTART_BACKOFF_S)
                         self._workers[index] = self._spawn()
                 time.sleep(0.2)
@@ -97,15 +96,6 @@ class WorkerSupervisor:
                 process.kill()
                 process.join()
         self._reservation.close()
-
-
-def forget_dead_worker(pid: int | None) -> None:
-    """Drops a dead worker's live-gauge files so /metrics stops summing them."""
-    if pid is None or not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        return
-    from prometheus_client import multiprocess
-
-    multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
 
 
 __all__ = ["WorkerSupervisor", "reuseport_socket"]

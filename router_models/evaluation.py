@@ -134,28 +134,7 @@ def evaluate(
     """The `tiergate router evaluate --json` document for held-out probabilities."""
     complete = ~np.isnan(correct).any(axis=1)
     c, p = correct[complete], proba[complete]
-    if not complete.any():
-        # Shadow labels score one cheaper tier per request: calibration can be judged, the
-        # cost-quality curves cannot (they need every tier's score on the same rows).
-        return {
-            "n": int(correct.shape[0]),
-            "n_complete": 0,
-            "tiers": list(tiers),
-            "label": label,
-            "costs": dict(zip(tiers, map(float, costs), strict=True)),
-            "costs_source": str(cost_source),
-            "per_tier": calibration_metrics(proba, correct, tiers, label),
-            "alpha": alpha,
-            "note": "no row has every tier's score: frontiers, APGR/CPT, tune and the "
-            "pre-test need complete rows",
-        }
-    front = routed_frontier(p, c, costs)
-    apgr, (cpt50, cpt80) = apgr_cpt(p, c, costs)
-    floor = quality_floor(c, alpha)
-    baseline, _ = uniform_baseline(c, costs, floor)
-    tuned = tune(p, c, costs, alpha=alpha)
-    test = pretest(p, c, costs)
-    return {
+    doc: dict[str, Any] = {
         "n": int(correct.shape[0]),
         "n_complete": int(complete.sum()),
         "tiers": list(tiers),
@@ -163,26 +142,43 @@ def evaluate(
         "costs": dict(zip(tiers, map(float, costs), strict=True)),
         "costs_source": str(cost_source),
         "per_tier": calibration_metrics(proba, correct, tiers, label),
-        "apgr": apgr,
-        "apgr_static": static_apgr(c, costs),
-        "cpt50": cpt50,
-        "cpt80": cpt80,
-        "frontier": thin(front, max_points).points(),
-        "static_frontier": static_frontier(c, costs).points(),
-        "uniform": [
-            {"tier": tiers[u.tier], "quality": u.quality, "cost": u.cost}
-            for u in uniform_points(c, costs)
-        ],
         "alpha": alpha,
-        "quality_floor": floor,
-        "uniform_baseline": {
-            "tier": tiers[baseline.tier],
-            "quality": baseline.quality,
-            "cost": baseline.cost,
-        },
-        "tuned_in_sample": tuned.as_dict(tiers),
-        "pretest": test.as_dict(),
     }
+    if not complete.any():
+        # Shadow labels score one cheaper tier per request: calibration can be judged, the
+        # cost-quality curves cannot (they need every tier's score on the same rows).
+        doc["note"] = (
+            "no row has every tier's score: frontiers, APGR/CPT, tune and the "
+            "pre-test need complete rows"
+        )
+        return doc
+    front = routed_frontier(p, c, costs)
+    apgr, (cpt50, cpt80) = apgr_cpt(p, c, costs)
+    floor = quality_floor(c, alpha)
+    baseline, _ = uniform_baseline(c, costs, floor)
+    doc.update(
+        {
+            "apgr": apgr,
+            "apgr_static": static_apgr(c, costs),
+            "cpt50": cpt50,
+            "cpt80": cpt80,
+            "frontier": thin(front, max_points).points(),
+            "static_frontier": static_frontier(c, costs).points(),
+            "uniform": [
+                {"tier": tiers[u.tier], "quality": u.quality, "cost": u.cost}
+                for u in uniform_points(c, costs)
+            ],
+            "quality_floor": floor,
+            "uniform_baseline": {
+                "tier": tiers[baseline.tier],
+                "quality": baseline.quality,
+                "cost": baseline.cost,
+            },
+            "tuned_in_sample": tune(p, c, costs, alpha=alpha).as_dict(tiers),
+            "pretest": pretest(p, c, costs).as_dict(),
+        }
+    )
+    return doc
 
 
 def _first_crossing(x: NDArray[np.float64], y: NDArray[np.float64], level: float) -> float | None:
