@@ -15,15 +15,33 @@ from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from itertools import pairwise
 from operator import itemgetter
-from typing import Final, Protocol
+from typing import Any, Final, NamedTuple, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
-from router_models.ngrams import GramSpec, bigram_key, char_grams, gram_bucket
-from router_models.vectorize import BIGRAM_SALT, CHAR_SALT, WORD_SALT
+from router_models.ngrams import (
+    BIGRAM_SALT,
+    CHAR_SALT,
+    WORD_SALT,
+    GramSpec,
+    bigram_key,
+    char_grams,
+    gram_bucket,
+)
 
-__all__ = ["CACHE_LIMIT", "LeanLinear", "LeanScorer", "LeanTrees", "TreeArrays"]
+__all__ = [
+    "CACHE_LIMIT",
+    "LeanLinear",
+    "LeanScorer",
+    "LeanTrees",
+    "LinearState",
+    "TreeArrays",
+    "lean_from_state",
+    "linear_state",
+    "text_arrays",
+    "tree_state",
+]
 
 # Entries per cache before it is emptied: bounds memory under adversarial vocabularies.
 CACHE_LIMIT: Final = 1 << 17
@@ -240,3 +258,62 @@ class LeanTrees:
                     node = right[node]
             total += self._value[node]
         return total
+
+
+# -- rebuilding from a saved model's state (what model_io stores; no scikit-learn) ----------
+Arrays = Mapping[str, NDArray[Any]]
+
+
+class LinearState(NamedTuple):
+    gram_coef: NDArray[np.float64]
+    intercept: float
+    bin_edges: list[NDArray[np.float64]]
+    bin_coef: list[NDArray[np.float64]]
+
+
+def linear_state(meta: Mapping[str, Any], arrays: Arrays) -> LinearState:
+    """The linear scorer's saved state, validated."""
+    n_dense = int(meta["n_dense"])
+    edges = [np.asarray(arrays[f"bin_edges_{j}"], dtype=np.float64) for j in range(n_dense)]
+    coef = [np.asarray(arrays[f"bin_coef_{j}"], dtype=np.float64) for j in range(n_dense)]
+    for e, w in zip(edges, coef, strict=True):
+        if w.shape != (e.size + 1,):
+            raise ValueError("each dense feature needs one weight per bin")
+    gram_coef = np.asarray(arrays["gram_coef"], dtype=np.float64)
+    return LinearState(gram_coef, float(meta["intercept"]), edges, coef)
+
+
+def tree_state(meta: Mapping[str, Any], arrays: Arrays) -> TreeArrays:
+    """The boosted trees' saved state (keys `tree_*`), validated."""
+
+    def tree(name: str, dtype: type[np.generic]) -> NDArray[Any]:
+        return np.asarray(arrays[f"tree_{name}"], dtype=dtype)
+
+    return TreeArrays(
+        roots=tree("roots", np.int64),
+        feature=tree("feature", np.int64),
+        threshold=tree("threshold", np.float64),
+        left=tree("left", np.int64),
+        right=tree("right", np.int64),
+        is_leaf=tree("is_leaf", np.bool_),
+        missing_left=tree("missing_left", np.bool_),
+        value=tree("value", np.float64),
+        baseline=float(meta["baseline"]),
+    )
+
+
+def text_arrays(arrays: Arrays) -> dict[str, NDArray[Any]]:
+    """The trees' text model's arrays (keys `text_*`, prefix removed)."""
+    return {k[5:]: v for k, v in arrays.items() if k.startswith("text_")}
+
+
+def lean_from_state(
+    name: str, spec: GramSpec, meta: Mapping[str, Any], arrays: Arrays
+) -> LeanScorer:
+    """The one-request path of a saved scorer (`linear` or `gbdt`), straight from its state."""
+    if name == "linear":
+        return LeanLinear(spec, *linear_state(meta, arrays))
+    if name == "gbdt":
+        text = LeanLinear(spec, *linear_state(meta["text"], text_arrays(arrays)))
+        return LeanTrees(text, tree_state(meta, arrays))
+    raise ValueError(f"unknown scorer {name!r}")

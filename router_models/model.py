@@ -9,22 +9,34 @@ path (`score`, `predict_proba`) builds feature matrices for training and evaluat
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from router_models.calibration import TierCalibration
 from router_models.features import dense_features
+from router_models.isotonic_maps import IsotonicMaps
 from router_models.labels import LABELS, Label
 from router_models.lean import LeanScorer
 from router_models.ngrams import GramSpec, tokens
 from router_models.request import view_request
-from router_models.scorers import Scorer
-from router_models.vectorize import FeatureMatrix, featurize
 
-__all__ = ["RouterModel", "default_model_path"]
+if TYPE_CHECKING:
+    from router_models.scorers import Scorer
+    from router_models.vectorize import FeatureMatrix
+
+__all__ = ["DeferredScorer", "RouterModel", "default_model_path"]
+
+
+@dataclass(frozen=True, slots=True)
+class DeferredScorer:
+    """A saved scorer, rebuilt (importing scikit-learn and SciPy) on first use of the batch
+    path; serving needs only the lean scorer, which is built at load."""
+
+    name: str
+    load: Callable[[], Scorer]
 
 
 def default_model_path() -> Path:
@@ -46,8 +58,8 @@ class RouterModel:
     def __init__(
         self,
         tiers: Sequence[str],
-        scorer: Scorer,
-        calibration: TierCalibration,
+        scorer: Scorer | DeferredScorer,
+        calibration: IsotonicMaps,
         spec: GramSpec,
         *,
         label: Label = "relative",
@@ -70,7 +82,9 @@ class RouterModel:
         self._spec = spec
         self._label: Label = label
         self._metadata = dict(metadata or {})
-        self._lean = _lean if _lean is not None else scorer.lean(spec)
+        if _lean is None:
+            _lean = self.scorer.lean(spec)
+        self._lean = _lean
 
     # -- what the model is ------------------------------------------------------------------
     @property
@@ -84,10 +98,12 @@ class RouterModel:
 
     @property
     def scorer(self) -> Scorer:
+        if isinstance(self._scorer, DeferredScorer):
+            self._scorer = self._scorer.load()
         return self._scorer
 
     @property
-    def calibration(self) -> TierCalibration:
+    def calibration(self) -> IsotonicMaps:
         return self._calibration
 
     @property
@@ -115,21 +131,26 @@ class RouterModel:
     def features(
         self, requests: Sequence[Mapping[str, Any]], progress: Callable[[int], None] | None = None
     ) -> FeatureMatrix:
+        from router_models.vectorize import featurize
+
         return featurize(requests, self._spec, progress)
 
     def score(self, requests: Sequence[Mapping[str, Any]]) -> NDArray[np.float64]:
         """(n,) difficulty scores."""
-        return self._scorer.score(self.features(requests))
+        return self.scorer.score(self.features(requests))
 
     def predict_proba(self, requests: Sequence[Mapping[str, Any]]) -> NDArray[np.float64]:
         """(n, K) calibrated probabilities, the batch twin of `predict_proba_one`."""
         return self._calibration.predict_proba(self.score(requests))
 
     # -- variants and persistence -----------------------------------------------------------
-    def with_calibration(self, calibration: TierCalibration) -> RouterModel:
-        """The same scorer (and warm caches) with new calibrators, e.g. refitted online."""
+    def with_calibration(
+        self, calibration: IsotonicMaps, tiers: Sequence[str] | None = None
+    ) -> RouterModel:
+        """The same scorer (and warm caches) with new calibrators, e.g. refitted online; with
+        `tiers`, for the ladder the calibrators were fitted on (a gateway's own tiers)."""
         return RouterModel(
-            self._tiers,
+            self._tiers if tiers is None else tiers,
             self._scorer,
             calibration,
             self._spec,

@@ -1,8 +1,9 @@
 """Model directories in a safe format: `model.json` (everything small) + `arrays.npz` (weights).
 
 Nothing is ever unpickled: the arrays are read with `numpy.load(allow_pickle=False)`, every
-other value is JSON, and the scorer and calibration are rebuilt through their `from_state`
-constructors, which validate shapes. `model.json` records the SHA-256 of `arrays.npz`, so a
+other value is JSON, and shapes are validated while the one-request scorer and the calibration
+maps are rebuilt from the state (scikit-learn is not imported for that: the fitted scorer is
+rebuilt on first use of the batch path). `model.json` records the SHA-256 of `arrays.npz`, so a
 truncated or swapped weights file is refused rather than half-loaded.
 
 ```
@@ -23,16 +24,19 @@ import json
 import zipfile
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 from numpy.typing import NDArray
 
-from router_models.calibration import TierCalibration
 from router_models.errors import ModelFormatError
-from router_models.model import RouterModel
+from router_models.isotonic_maps import IsotonicMaps
+from router_models.lean import lean_from_state
+from router_models.model import DeferredScorer, RouterModel
 from router_models.ngrams import GramSpec
-from router_models.scorers import scorer_from_state
+
+if TYPE_CHECKING:
+    from router_models.scorers import Scorer
 
 __all__ = [
     "ARRAYS_FILE",
@@ -156,27 +160,35 @@ def load_validation(
 
 def _build(document: dict[str, Any], arrays: dict[str, np.ndarray[Any, Any]]) -> RouterModel:
     scorer_doc = document["scorer"]
+    name = str(scorer_doc["name"])
     scorer_arrays = {k[len(_SCORER) :]: v for k, v in arrays.items() if k.startswith(_SCORER)}
-    scorer = scorer_from_state(
-        str(scorer_doc["name"]), scorer_doc["params"], scorer_doc["state"], scorer_arrays
-    )
+    spec = GramSpec(**document["gram_spec"])
+    # The hot path is rebuilt from the state alone; the scikit-learn scorer (batch scoring,
+    # saving) only when something asks for it, so a serving gateway never imports sklearn.
+    lean = lean_from_state(name, spec, scorer_doc["state"], scorer_arrays)
+
+    def load_scorer() -> Scorer:
+        from router_models.scorers import scorer_from_state
+
+        return scorer_from_state(name, scorer_doc["params"], scorer_doc["state"], scorer_arrays)
+
     cal_doc = document["calibration"]
     n_cal = int(cal_doc["n_calibrated"])
-    calibration = TierCalibration.from_thresholds(
+    calibration = IsotonicMaps.from_thresholds(
         [np.asarray(arrays[f"{_CAL_X}{k}"], dtype=np.float64) for k in range(n_cal)],
         [np.asarray(arrays[f"{_CAL_Y}{k}"], dtype=np.float64) for k in range(n_cal)],
         include_top=bool(cal_doc["include_top"]),
         centered=bool(cal_doc.get("centered", False)),
         n_labelled=[int(n) for n in cal_doc.get("n_labelled", [])],
     )
-    spec = GramSpec(**document["gram_spec"])
     return RouterModel(
         tiers=[str(t) for t in document["tiers"]],
-        scorer=scorer,
+        scorer=DeferredScorer(name, load_scorer),
         calibration=calibration,
         spec=spec,
         label=document["label"],
         metadata=document.get("metadata") or {},
+        _lean=lean,
     )
 
 

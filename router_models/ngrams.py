@@ -17,8 +17,11 @@ from dataclasses import dataclass
 from typing import Final
 
 __all__ = [
+    "BIGRAM_SALT",
+    "CHAR_SALT",
     "HEAD_CHARS",
     "TAIL_CHARS",
+    "WORD_SALT",
     "GramSpec",
     "bigram_key",
     "char_grams",
@@ -97,6 +100,12 @@ def char_grams(word: str, low: int, high: int) -> Iterable[str]:
     for n in range(low, high + 1):
         for start in range(size - n + 1):
             yield padded[start : start + n]
+
+
+# crc32 start values that keep the three gram groups in different buckets.
+WORD_SALT: Final = 0
+BIGRAM_SALT: Final = 0x9E3779B9
+CHAR_SALT: Final = 0x85EBCA6B
 
 
 def gram_bucket(gram: str, salt: int, mask: int) -> int:

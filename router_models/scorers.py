@@ -29,7 +29,15 @@ from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.model_selection import KFold
 from sklearn.utils.validation import check_is_fitted
 
-from router_models.lean import LeanLinear, LeanScorer, LeanTrees, TreeArrays
+from router_models.lean import (
+    LeanLinear,
+    LeanScorer,
+    LeanTrees,
+    TreeArrays,
+    linear_state,
+    text_arrays,
+    tree_state,
+)
 from router_models.ngrams import GramSpec
 from router_models.vectorize import FeatureMatrix
 
@@ -162,18 +170,11 @@ class LinearScorer(Scorer):
     @classmethod
     def from_state(cls, params: Mapping[str, Any], meta: Mapping[str, Any], arrays: Arrays) -> Self:
         scorer = cls(**params)
-        n_dense = int(meta["n_dense"])
-        scorer.gram_coef_ = np.asarray(arrays["gram_coef"], dtype=np.float64)
-        scorer.bin_edges_ = [
-            np.asarray(arrays[f"bin_edges_{j}"], dtype=np.float64) for j in range(n_dense)
-        ]
-        scorer.bin_coef_ = [
-            np.asarray(arrays[f"bin_coef_{j}"], dtype=np.float64) for j in range(n_dense)
-        ]
-        for edges, weights in zip(scorer.bin_edges_, scorer.bin_coef_, strict=True):
-            if weights.shape != (edges.size + 1,):
-                raise ValueError("each dense feature needs one weight per bin")
-        scorer.intercept_ = float(meta["intercept"])
+        state = linear_state(meta, arrays)
+        scorer.gram_coef_ = state.gram_coef
+        scorer.intercept_ = state.intercept
+        scorer.bin_edges_ = state.bin_edges
+        scorer.bin_coef_ = state.bin_coef
         return scorer
 
     def _design(self, features: FeatureMatrix) -> sp.csr_matrix:
@@ -281,23 +282,10 @@ class GBDTScorer(Scorer):
     @classmethod
     def from_state(cls, params: Mapping[str, Any], meta: Mapping[str, Any], arrays: Arrays) -> Self:
         scorer = cls(**params)
-        text_arrays = {k[5:]: v for k, v in arrays.items() if k.startswith("text_")}
-        scorer.text_ = LinearScorer.from_state(scorer._text_params(), meta["text"], text_arrays)
-
-        def tree(name: str, dtype: type[np.generic]) -> NDArray[Any]:
-            return np.asarray(arrays[f"tree_{name}"], dtype=dtype)
-
-        scorer.trees_ = TreeArrays(
-            roots=tree("roots", np.int64),
-            feature=tree("feature", np.int64),
-            threshold=tree("threshold", np.float64),
-            left=tree("left", np.int64),
-            right=tree("right", np.int64),
-            is_leaf=tree("is_leaf", np.bool_),
-            missing_left=tree("missing_left", np.bool_),
-            value=tree("value", np.float64),
-            baseline=float(meta["baseline"]),
+        scorer.text_ = LinearScorer.from_state(
+            scorer._text_params(), meta["text"], text_arrays(arrays)
         )
+        scorer.trees_ = tree_state(meta, arrays)
         return scorer
 
     def _text_params(self) -> dict[str, Any]:

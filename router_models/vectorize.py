@@ -10,22 +10,26 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from itertools import pairwise
-from typing import Any, Final, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
 
 from router_models.features import DENSE_NAMES, dense_features
-from router_models.ngrams import GramSpec, bigram_key, char_grams, gram_bucket, tokens
+from router_models.ngrams import (
+    BIGRAM_SALT,
+    CHAR_SALT,
+    WORD_SALT,
+    GramSpec,
+    bigram_key,
+    char_grams,
+    gram_bucket,
+    tokens,
+)
 from router_models.request import view_request
 
 __all__ = ["BIGRAM_SALT", "CHAR_SALT", "WORD_SALT", "FeatureMatrix", "GramHasher", "featurize"]
-
-# crc32 start values that keep the three gram groups in different buckets.
-WORD_SALT: Final = 0
-BIGRAM_SALT: Final = 0x9E3779B9
-CHAR_SALT: Final = 0x85EBCA6B
 
 
 class FeatureMatrix(NamedTuple):

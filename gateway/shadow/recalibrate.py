@@ -26,7 +26,7 @@ import numpy as np
 from gateway.metrics import GatewayMetrics
 from gateway.routing.router import RouterPolicy
 from gateway.stats import CompletedExchange
-from router_models.calibration import TierCalibration
+from router_models.isotonic_maps import IsotonicMaps
 from router_models.model import RouterModel
 
 log = logging.getLogger("tiergate.recalibrate")
@@ -53,8 +53,11 @@ def refit(
     n_tiers: int,
     prior_weight: float,
     min_labels: int,
-) -> TierCalibration:
+) -> IsotonicMaps:
     """A calibration fitted on the labels plus fading prior pseudo-rows (module docstring)."""
+    # scikit-learn is imported on the first refit, not when the gateway starts.
+    from router_models.calibration import TierCalibration
+
     scores = np.array([label.score for label in labels], dtype=np.float64)
     observed = label_matrix(labels, n_tiers)
     counts = np.sum(~np.isnan(observed), axis=0)
@@ -141,13 +144,8 @@ class Recalibrator:
             return base.calibration.predict_proba(scores)[:, positions]
 
         calibration = refit(labels, prior, n_tiers, self.prior_weight, self.min_labels)
-        model = RouterModel(
-            tuple(policy.tier_names),
-            base.scorer,
-            calibration,
-            base.spec,
-            label=base.label,
-            metadata={**base.metadata, "recalibrated_for": tenant, "shadow_labels": len(labels)},
+        model = base.with_calibration(calibration, tiers=policy.tier_names).with_metadata(
+            recalibrated_for=tenant, shadow_labels=len(labels)
         )
         policy.set_tenant_model(tenant, model)
         self.models[tenant] = model

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 from itertools import pairwise
 from pathlib import Path
 
@@ -54,6 +56,27 @@ def test_save_load_round_trip(
         )
         r = three_tier.requests[3]
         assert again.predict_proba_one(r) == model.predict_proba_one(r)
+        # The loaded model's one-request path is rebuilt from the saved state, not from the
+        # scikit-learn scorer: it must still agree with the batch path on every request.
+        batch = again.predict_proba(three_tier.requests[:50])
+        one = [again.predict_proba_one(body) for body in three_tier.requests[:50]]
+        np.testing.assert_allclose(one, batch, rtol=0, atol=1e-12)
+
+
+def test_serving_a_loaded_model_imports_neither_sklearn_nor_scipy() -> None:
+    """The gateway only serves: loading and routing must not pay for the training stack."""
+    code = (
+        "import sys\n"
+        "import gateway.app\n"
+        "from router_models.model import RouterModel, default_model_path\n"
+        "m = RouterModel.load(default_model_path())\n"
+        "m.predict_proba_one({'messages': [{'role': 'user', 'content': 'hi'}]})\n"
+        "print(sorted({n.split('.')[0] for n in sys.modules} & {'sklearn', 'scipy'}))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.strip() == "[]"
 
 
 def test_with_calibration_keeps_the_scorer(linear_model: RouterModel, three_tier: LabelSet) -> None:
