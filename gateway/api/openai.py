@@ -61,6 +61,9 @@ class GenerationHandler:
             body = await self._read_body(receive, body_limit)
             request = parse_request(self.kind, body, self.limits, body_limit)
             ticket = await self.admission.admit(tenant, request, len(body))
+            if ticket.hold is not None:  # a slot in Redis, shared with other replicas
+                admitted = ticket
+                channel.before_finish(lambda: admitted.release(used_tokens(record)))
             header_pin = pin.decode("latin-1").strip() if pin else None
             await self.service.handle(
                 self.kind,
@@ -82,8 +85,7 @@ class GenerationHandler:
             record.duration_s = time.perf_counter() - started
             channel.close()
             if ticket is not None:
-                used = record.prompt_tokens + record.completion_tokens
-                await ticket.release(used if record.served_tier is not None else 0)
+                await ticket.release(used_tokens(record))
             self.metrics.record(record)
 
     @staticmethod
@@ -102,4 +104,11 @@ class GenerationHandler:
                 return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
-__all__ = ["GenerationHandler"]
+def used_tokens(record: RequestRecord) -> int:
+    """Tokens to charge the tenant: what the serving tier reported, nothing if none served."""
+    if record.served_tier is None:
+        return 0
+    return record.prompt_tokens + record.completion_tokens
+
+
+__all__ = ["GenerationHandler", "used_tokens"]

@@ -17,6 +17,7 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 
 class ClientChannel:
     __slots__ = (
+        "_before_finish",
         "_on_disconnect",
         "_receive",
         "_send",
@@ -31,6 +32,7 @@ class ClientChannel:
         self._receive = receive
         self._watcher: asyncio.Task[None] | None = None
         self._on_disconnect: Callable[[], None] | None = None
+        self._before_finish: Callable[[], Awaitable[None]] | None = None
         self.started = False
         self.finished = False
         self.disconnected = False
@@ -51,6 +53,12 @@ class ClientChannel:
             if self._on_disconnect is not None:
                 self._on_disconnect()
 
+    def before_finish(self, hook: Callable[[], Awaitable[None]]) -> None:
+        """Runs `hook` once, just before the response's last byte goes out: what the client
+        sees as the end of its request must already be over for the gateway (a limit slot
+        released before a sequential client's next request can arrive)."""
+        self._before_finish = hook
+
     async def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         self.started = True
         await self._send({"type": "http.response.start", "status": status, "headers": headers})
@@ -58,6 +66,9 @@ class ClientChannel:
     async def body(self, data: bytes, *, more: bool) -> None:
         if not more:
             self.finished = True
+            if self._before_finish is not None:
+                hook, self._before_finish = self._before_finish, None
+                await hook()
         await self._send({"type": "http.response.body", "body": data, "more_body": more})
 
     async def respond(self, status: int, headers: list[tuple[bytes, bytes]], data: bytes) -> None:

@@ -27,8 +27,13 @@ class Ticket:
     limiter: TenantLimiter | SharedLimiter | None
     estimate: int
     hold: SharedHold | None = None
+    released: bool = False
 
     async def release(self, used_tokens: int | None) -> None:
+        """Gives the hold back; the first call counts, later ones do nothing."""
+        if self.released:
+            return
+        self.released = True
         self.admission.inflight[self.tenant] -= 1
         limiter = self.limiter
         if isinstance(limiter, SharedLimiter):
