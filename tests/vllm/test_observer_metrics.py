@@ -119,23 +119,29 @@ def test_observer_counters_equal_the_engine(deployment: Deployment) -> None:
     assert tiers["plain"]["r"]["a_obs"] is None and tiers["prefix"]["r"]["a_obs"] is None
 
 
-def hold_streams(server: VllmServer, count: int, stop: threading.Event) -> list[threading.Thread]:
-    """`count` long greedy streams straight to the engine, held until `stop` is set."""
+def hold_streams(
+    server: VllmServer, count: int, stop: threading.Event, starts: list[float]
+) -> list[threading.Thread]:
+    """`count` long greedy streams straight to the engine, held until `stop` is set. A stream
+    ends by itself at max_model_len (seconds on a quiet machine); it is then started again,
+    and the time of every start goes to `starts`, so a reader knows when the plateau began."""
     engine = OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=120)
 
     def run(i: int) -> None:
-        stream = engine.completions.create(
-            model=server.served_model_name,
-            prompt=f"stream {i}: once upon a time",
-            max_tokens=1000,
-            temperature=0,
-            stream=True,
-            extra_body={"ignore_eos": True},
-        )
-        with stream:
-            for _ in stream:
-                if stop.is_set():
-                    break
+        while not stop.is_set():
+            starts.append(time.monotonic())
+            stream = engine.completions.create(
+                model=server.served_model_name,
+                prompt=f"stream {i}: once upon a time",
+                max_tokens=1000,
+                temperature=0,
+                stream=True,
+                extra_body={"ignore_eos": True},
+            )
+            with stream:
+                for _ in stream:
+                    if stop.is_set():
+                        break
 
     threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(count)]
     for thread in threads:
@@ -151,27 +157,32 @@ def engine_concurrency(server: VllmServer) -> float:
 def test_observer_concurrency_is_the_engines(deployment: Deployment) -> None:
     """Six streams held in the `prefix` engine, straight to vLLM (not through the gateway):
     with a 2 s window, every observer scrape in it lands on the plateau, which our own
-    scrapes before and after reading the view bracket."""
+    scrapes before and after reading the view bracket (and no stream restarted since)."""
     server = deployment["prefix"]
     held = 6
     window = {"window_s": 2.0, "bucket_s": 1.0, "scrape_interval_s": 0.2}
     stop = threading.Event()
     with observed_gateway(deployment, observer_overrides=window) as gw:
-        threads = hold_streams(server, held, stop)
+        starts: list[float] = []
+        threads = hold_streams(server, held, stop, starts)
         try:
-            wait_for(lambda: engine_concurrency(server) == held, f"{held} requests in the engine")
-            time.sleep(2.5)  # the window now holds plateau scrapes only
 
             def bracketed() -> tuple[dict[str, Any], dict[str, Any]] | None:
                 before = engine_concurrency(server)
+                # The last (re)start: the plateau cannot be older. The window is 2 s; the extra
+                # second covers the time a request takes to reach the engine.
+                began = max(starts, default=time.monotonic())
+                if before != held or time.monotonic() - began < 3.0:
+                    return None  # not yet a window's worth of plateau: try again
                 view = admin_get(gw, "/admin/regime")["tiers"]
                 plan = admin_get(gw, "/admin/plan?refresh=1")["tiers"]
                 after = engine_concurrency(server)
-                assert before == after == held, "the plateau ended before the view was read"
+                if after != held or max(starts) != began:
+                    return None  # a stream ended (and restarted) while the view was read
                 # A scrape can be late on two busy cores; the next view will have one.
                 return (view, plan) if view["prefix"]["concurrency"]["engine_mean"] else None
 
-            view, plan = wait_for(bracketed, "an observer scrape in the window", timeout_s=10)
+            view, plan = wait_for(bracketed, "an observer view read on the plateau", timeout_s=60)
         finally:
             stop.set()
             for thread in threads:
