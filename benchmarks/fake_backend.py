@@ -1,7 +1,8 @@
 """A fixed, fast fake OpenAI backend for overhead benchmarks (one uvloop process).
 
 Answers every POST with the same chat completion, or, when the body asks for a stream, with
-16 content events, a usage event and [DONE] as separate HTTP chunks. Serves GET /health and
+16 content events, a usage event and [DONE] as separate HTTP chunks, written back to back or,
+when the body carries `"user":"paced"`, one per millisecond. Serves GET /health and
 an empty GET /metrics so a gateway's health checks and scrapes are satisfied.
 Run: python benchmarks/fake_backend.py PORT
 """
@@ -66,6 +67,9 @@ STREAM_TAIL = (
     )
     + b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"
 )
+# A stream request whose body carries `"user":"paced"` gets its events spaced in time.
+PACED = (b'"user":"paced"', b'"user": "paced"')
+PACE_S = 0.001
 HEALTH = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"
 EMPTY_METRICS = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 0\r\n\r\n"
 
@@ -97,11 +101,22 @@ class Backend(asyncio.Protocol):
             write(EMPTY_METRICS if url.startswith(b"/metrics") else HEALTH)
         elif b'"stream":true' in body or b'"stream": true' in body:
             write(STREAM_HEAD)
+            if PACED[0] in body or PACED[1] in body:
+                # One event per millisecond, as a decoding engine emits them: each reaches
+                # the proxy in its own read.
+                later = asyncio.get_running_loop().call_later
+                for i, event in enumerate([*STREAM_EVENTS, STREAM_TAIL]):
+                    later((i + 1) * PACE_S, self._write_open, event)
+                return
             for event in STREAM_EVENTS:
                 write(event)
             write(STREAM_TAIL)
         else:
             write(JSON_RESPONSE)
+
+    def _write_open(self, data: bytes) -> None:
+        if not self.transport.is_closing():  # type: ignore[attr-defined]
+            self.transport.write(data)  # type: ignore[attr-defined]
 
 
 async def main(port: int) -> None:

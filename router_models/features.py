@@ -4,14 +4,13 @@ Pure functions of the `RequestView` and the word tokens of the last user turn; n
 The multiple-choice block (`A. ...` lines, as in MMLU and most exam-style prompts) gets its own
 features because option lengths, digits and compound options ("Both A and B", "True, False")
 carry difficulty that a bag of words misses. Everything here runs on the routing hot path, so
-counts use C-level string methods (`str.count`, `str.translate`) and set intersections with
+counts use C-level string methods (`str.count`, `bytes.translate`) and set intersections with
 the request's distinct words rather than one regular expression per feature.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final
 
@@ -23,9 +22,11 @@ __all__ = ["DENSE_NAMES", "TASK_CUES", "dense_features", "dense_features_of"]
 _NEGATIONS: Final = frozenset(
     ["not", "except", "least", "false", "incorrect", "never", "cannot", "untrue"]
 )
-# One regex scan each; cheaper than a str.count per character or a deleting translate.
-_MATH: Final = re.compile(r"[=+^*/<>|\\$]")
-_DIGIT: Final = re.compile(r"[0-9]")
+# Counted on the UTF-8 bytes with a deleting bytes.translate (a C loop, ~3x faster than one
+# regex scan); every character counted is ASCII, and no multi-byte UTF-8 sequence contains an
+# ASCII byte, so the counts are the same as on the str.
+_MATH_BYTES: Final = b"=+^*/<>|\\$"
+_DIGIT_BYTES: Final = b"0123456789"
 _OPTION_MARKERS: Final = ("\nA. ", "\nA) ", "\n(A) ")
 
 # Words that name a kind of task; the router counts how many of each kind a prompt uses.
@@ -70,10 +71,14 @@ TASK_CUES: Final[Mapping[str, frozenset[str]]] = {
     "compute": frozenset(["calculate", "compute", "solve", "evaluate", "estimate", "find"]),
     "recall": frozenset(["who", "when", "where", "which", "what", "name"]),
 }
-_CUE_KIND: Final[Mapping[str, int]] = {
-    word: kind for kind, cue in enumerate(TASK_CUES.values()) for word in cue
+# Cue words and negations share one lookup: slot `kind` counts a cue kind, the last slot
+# counts negations (no word is both).
+_NEGATION_SLOT: Final = len(TASK_CUES)
+_WORD_SLOT: Final[Mapping[str, int]] = {
+    **{word: kind for kind, cue in enumerate(TASK_CUES.values()) for word in cue},
+    **dict.fromkeys(_NEGATIONS, _NEGATION_SLOT),
 }
-_CUE_WORDS: Final = frozenset(_CUE_KIND)
+_SLOT_WORDS: Final = frozenset(_WORD_SLOT)
 
 DENSE_NAMES: Final[tuple[str, ...]] = (
     "log_prompt_tokens",
@@ -141,9 +146,10 @@ def dense_features(
     mean_option = sum(option_chars) / n_options if n_options else 0.0
     max_option = max(option_chars) if n_options else 0
     spread = (max_option - min(option_chars)) / (mean_option + 1.0) if n_options else 0.0
-    cues = [0] * len(TASK_CUES)
-    for word in _CUE_WORDS.intersection(distinct):
-        cues[_CUE_KIND[word]] += 1
+    slots = [0] * (_NEGATION_SLOT + 1)
+    for word in _SLOT_WORDS.intersection(distinct):
+        slots[_WORD_SLOT[word]] += 1
+    raw = text.encode()
     n_words = len(words)
     n_text = len(text)
     max_tokens = view.max_tokens
@@ -168,10 +174,10 @@ def dense_features(
         view.n_choices,
         view.is_chat,
         text.count("```") // 2,
-        100.0 * len(_MATH.findall(text)) / (n_text + 1.0),
+        100.0 * (len(raw) - len(raw.translate(None, _MATH_BYTES))) / (n_text + 1.0),
         sum(map(str.isdigit, words)),
-        len(_DIGIT.findall(block)) if block else 0,
-        len(_NEGATIONS.intersection(distinct)),
+        _digits(block) if block else 0,
+        slots[_NEGATION_SLOT],
         "EXCEPT" in stem or " NOT " in stem,
         stem.count("?"),
         text.count("\n"),
@@ -187,8 +193,13 @@ def dense_features(
         len(stem) > 600 or "refers to the following" in stem,
         len(distinct) / n_words if n_words else 0.0,
         n_text / n_words if n_words else 0.0,
-        *cues,
+        *slots[:_NEGATION_SLOT],
     ]
+
+
+def _digits(text: str) -> int:
+    raw = text.encode()
+    return len(raw) - len(raw.translate(None, _DIGIT_BYTES))
 
 
 def _first_option_at(text: str) -> int:

@@ -33,17 +33,20 @@ __all__ = [
 # Tokens are what is left between whitespace once ASCII punctuation (except "_") and common
 # typographic punctuation become spaces: one C-level translate and split, about 2.5x faster
 # than re.findall(r"\w+") on MMLU-sized prompts. Non-ASCII letters stay inside tokens.
+_WIDE_SEPARATORS: Final = "\u00a0\u2013\u2014\u2018\u2019\u201c\u201d\u2026\u00ab\u00bb\u00b7\u2022"
 _SEPARATORS: Final = str.maketrans(
-    dict.fromkeys(
-        [c for c in string.punctuation if c != "_"]
-        + list("\u00a0\u2013\u2014\u2018\u2019\u201c\u201d\u2026\u00ab\u00bb\u00b7\u2022"),
-        " ",
-    )
+    dict.fromkeys([c for c in string.punctuation if c != "_"] + list(_WIDE_SEPARATORS), " ")
 )
-_ASCII_FOLD: Final[dict[int, int | str | None]] = {
-    **_SEPARATORS,
-    **{ord(c): ord(c.lower()) for c in string.ascii_uppercase},
-}
+# The same mapping for ASCII text as a 256-byte table: bytes.translate with a table is a plain
+# C loop, about 3x faster than str.translate with a dict on MMLU-sized prompts.
+_ASCII_FOLD: Final = bytes(
+    ord(" ")
+    if chr(b) in string.punctuation and chr(b) != "_"
+    else ord(chr(b).lower())
+    if chr(b) in string.ascii_uppercase
+    else b
+    for b in range(256)
+)
 # Only the head and tail of a very long prompt are read, so one decision stays bounded.
 HEAD_CHARS: Final = 6144
 TAIL_CHARS: Final = 2048
@@ -84,8 +87,15 @@ def tokens(text: str) -> list[str]:
     """Lower-cased word tokens of the clipped text (see `_SEPARATORS`)."""
     clipped = clip_text(text)
     if clipped.isascii():  # O(1): CPython stores the flag; one translate also lower-cases
-        return clipped.translate(_ASCII_FOLD).split()
-    return clipped.lower().translate(_SEPARATORS).split()
+        return clipped.encode("ascii").translate(_ASCII_FOLD).decode("ascii").split()
+    # ASCII bytes never occur inside a multi-byte UTF-8 sequence, so the byte table is safe on
+    # UTF-8 too; the few non-ASCII separators are replaced only when present (~4x faster than
+    # str.translate with `_SEPARATORS`, which gives the same tokens).
+    folded = clipped.lower().encode().translate(_ASCII_FOLD).decode()
+    for separator in _WIDE_SEPARATORS:
+        if separator in folded:
+            folded = folded.replace(separator, " ")
+    return folded.split()
 
 
 def bigram_key(first: str, second: str) -> str:

@@ -98,10 +98,16 @@ def _view_chat(request: Mapping[str, Any], messages: list[Any]) -> RequestView:
             n_tool += 1
         if text:
             last_any = text
+    # Most optional fields are absent: test for None before calling a helper.
+    tools, functions = request.get("tools"), request.get("functions")
+    response_format = request.get("response_format")
+    max_tokens = request.get("max_completion_tokens", request.get("max_tokens"))
+    temperature = request.get("temperature")
+    n = request.get("n")
     # Positional: the hot path builds one of these per request.
     return RequestView(
         last_user or last_any,
-        "\n".join(system),
+        "\n".join(system) if system else "",
         total,
         total / CHARS_PER_TOKEN,
         len(messages),
@@ -109,11 +115,12 @@ def _view_chat(request: Mapping[str, Any], messages: list[Any]) -> RequestView:
         n_assistant,
         n_tool,
         n_media,
-        _non_empty(request.get("tools")) or _non_empty(request.get("functions")),
-        _structured(request.get("response_format")),
-        _number(request.get("max_completion_tokens", request.get("max_tokens"))),
-        _number(request.get("temperature")),
-        _count(request.get("n")),
+        (tools is not None and _non_empty(tools))
+        or (functions is not None and _non_empty(functions)),
+        response_format is not None and _structured(response_format),
+        math.nan if max_tokens is None else _number(max_tokens),
+        math.nan if temperature is None else _number(temperature),
+        1 if n is None else _count(n),
         True,
     )
 

@@ -101,18 +101,31 @@ class _Series:
 
     def advance(self, t: float) -> None:
         """Credits the time since the last event to the current level, bucket by bucket."""
-        if self.last_t is None:
+        last_t = self.last_t
+        if last_t is None:
             self.last_t = t
             return
-        start = max(self.last_t, t - self._n * self._width)
+        buckets = self._buckets
+        width = self._width
+        if (
+            buckets
+            and last_t <= t
+            and math.floor(t / width) == buckets[-1].index == math.floor(last_t / width)
+        ):
+            # The usual case: this event and the last one in the newest bucket.
+            level_seconds = buckets[-1].level_seconds
+            level_seconds[self.level] = level_seconds.get(self.level, 0.0) + (t - last_t)
+            self.last_t = t
+            return
+        start = max(last_t, t - self._n * width)
         while start < t:
             b = self.bucket(start)
-            end = min(t, (b.index + 1) * self._width)
+            end = min(t, (b.index + 1) * width)
             if end <= start:  # a late bucket: put the rest in it
                 end = t
             b.level_seconds[self.level] = b.level_seconds.get(self.level, 0.0) + (end - start)
             start = end
-        self.last_t = max(self.last_t, t)
+        self.last_t = max(last_t, t)
 
     def window(self, now: float) -> list[_Bucket]:
         lowest = math.floor(now / self._width) - self._n
@@ -214,6 +227,7 @@ class RegimeTracker:
         self.config = config or TrackerConfig()
         self._n_buckets = math.ceil(self.config.window_s / self.config.bucket_s)
         self._series: dict[tuple[str, str], _Series] = {}
+        self._pairs: dict[tuple[str, str], tuple[_Series, _Series]] = {}
         self._tiers: dict[str, _Tier] = {}
 
     # -- configuration ------------------------------------------------------------------
@@ -414,7 +428,12 @@ class RegimeTracker:
         return series
 
     def _both(self, tier: str, tenant: str) -> tuple[_Series, _Series]:
-        return (
-            self._get_series(tier, self._fold(tier, tenant)),
-            self._get_series(tier, ALL_TENANTS),
-        )
+        # Called twice per request: the pair is cached (a tenant's fold never changes).
+        pair = self._pairs.get((tier, tenant))
+        if pair is None:
+            pair = (
+                self._get_series(tier, self._fold(tier, tenant)),
+                self._get_series(tier, ALL_TENANTS),
+            )
+            self._pairs[(tier, tenant)] = pair
+        return pair

@@ -145,8 +145,9 @@ def test_sse_events_relayed_faithfully_across_odd_splits(
     assert cheap.last_json()["stream_options"] == {"include_usage": True}
 
 
+@pytest.mark.parametrize("together", [False, True], ids=["event-per-chunk", "one-chunk"])
 def test_usage_event_is_removed_when_only_the_gateway_asked(
-    upstream_pair: tuple[FakeUpstream, FakeUpstream, GatewayThread],
+    upstream_pair: tuple[FakeUpstream, FakeUpstream, GatewayThread], together: bool
 ) -> None:
     cheap, _, gw = upstream_pair
     events = [
@@ -154,7 +155,10 @@ def test_usage_event_is_removed_when_only_the_gateway_asked(
         b'data: {"id":"c","model":"served/cheap","choices":[],"usage":{"prompt_tokens":4,"total_tokens":5,"completion_tokens":1}}\n\n',
         b"data: [DONE]\n\n",
     ]
-    cheap.reply = Reply(pieces=events, content_type=b"text/event-stream")
+    # Events that reach the gateway in one read are relayed as one piece, edited the same way.
+    pieces = [b"".join(events)] if together else events
+    cheap.reply = Reply(pieces=pieces, content_type=b"text/event-stream")
+    before = gw.metric("tiergate_prompt_tokens_total", {"tenant": "t", "tier": "nvfp4"})
     status, _, relayed = call(
         gw,
         {"model": f"{MODEL}@nvfp4", "messages": [{"role": "user", "content": "x"}], "stream": True},
@@ -162,9 +166,8 @@ def test_usage_event_is_removed_when_only_the_gateway_asked(
     assert status == 200
     assert cheap.last_json()["stream_options"] == {"include_usage": True}
     assert relayed == events[0].replace(b"served/cheap", MODEL.encode()) + events[2]
-    assert (
-        gw.settled_metric("tiergate_prompt_tokens_total", {"tenant": "t", "tier": "nvfp4"}, 4) == 4
-    )
+    labels = {"tenant": "t", "tier": "nvfp4"}
+    assert gw.settled_metric("tiergate_prompt_tokens_total", labels, before + 4) == before + 4
 
 
 def test_completions_endpoint_forwards_to_completions(

@@ -42,6 +42,35 @@ def test_window_rolls_and_memory_is_bounded() -> None:
     assert len(series._buckets) <= cfg.window_s / cfg.bucket_s + 1
 
 
+def test_concurrency_mean_is_the_exact_time_weighted_level() -> None:
+    # Random in-order arrivals and departures: some in one bucket, some across buckets, idle
+    # gaps longer than the window. The window is whole buckets, so over it the tracker's mean
+    # is exactly the time-weighted level.
+    rng = random.Random(7)
+    cfg = TrackerConfig(window_s=20, bucket_s=2)
+    for trial in range(30):
+        tr = RegimeTracker(cfg)
+        t, level, changes = 0.0, 0, [(0.0, 0)]
+        tr.request_started("t", "a", 0.0)
+        tr.request_finished("t", "a", 0.0)
+        for _ in range(200):
+            t += rng.choice([0.01, 0.3, 1.7, 2.5]) if rng.random() < 0.97 else 45.0
+            if level and rng.random() < 0.5:
+                tr.request_finished("t", "a", t)
+                level -= 1
+            else:
+                tr.request_started("t", "a", t)
+                level += 1
+            changes.append((t, level))
+        now = t + rng.random() * 3
+        first = (int(now // cfg.bucket_s) - int(cfg.window_s / cfg.bucket_s) + 1) * cfg.bucket_s
+        area = 0.0
+        for (start, lvl), (end, _) in zip(changes, [*changes[1:], (now, 0)], strict=True):
+            area += lvl * max(0.0, min(end, now) - max(start, first))
+        got = tr.report("t", now).concurrency.mean
+        assert got == pytest.approx(area / (now - first), rel=1e-9, abs=1e-9), trial
+
+
 def test_rho_matches_batch_estimator_and_capacity_from_engine() -> None:
     rng = random.Random(1)
     shared = [rng.randrange(500) for _ in range(256)]

@@ -7,9 +7,19 @@ import subprocess
 import sys
 
 import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
 
 from router_models.features import DENSE_NAMES, dense_features_of
-from router_models.ngrams import HEAD_CHARS, TAIL_CHARS, GramSpec, clip_text, gram_bucket, tokens
+from router_models.ngrams import (
+    _SEPARATORS,
+    HEAD_CHARS,
+    TAIL_CHARS,
+    GramSpec,
+    clip_text,
+    gram_bucket,
+    tokens,
+)
 from router_models.vectorize import featurize
 
 MMLU_LIKE = (
@@ -73,3 +83,27 @@ def test_buckets_do_not_depend_on_the_process_hash_seed() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
     )
     assert out.stdout.strip() == str(here)
+
+
+@given(
+    st.text(
+        alphabet=st.sampled_from(
+            "aZ_9 .,!?\n\t\u00e9\u00c4\u0130\u00df\u2013\u201c\u2022\u00a0\u4e2d"
+        ),
+        max_size=60,
+    )
+)
+def test_tokens_match_the_reference_translation(text: str) -> None:
+    # The fast paths (byte tables, ASCII and UTF-8) give exactly the tokens of the plain
+    # definition: lower-case, punctuation and typographic separators to spaces, split.
+    assert tokens(text) == text.lower().translate(_SEPARATORS).split()
+
+
+def test_character_counts_are_the_same_on_non_ascii_text() -> None:
+    text = "Soit f(x) = x² + 3·x; évaluer f(2) = 10 ≥ 9\nA. 10 €\nB. 12\nC. 1/2\nD. 3"
+    f = named({"messages": [{"role": "user", "content": text}]})
+    math_chars = sum(text.count(c) for c in "=+^*/<>|\\$")
+    assert f["math_chars_per_100"] == 100.0 * math_chars / (len(text) + 1.0)
+    block = text[text.index("A. ") :]
+    assert f["digits_in_options"] == sum(c in "0123456789" for c in block)
+    assert f["negations"] == 0.0

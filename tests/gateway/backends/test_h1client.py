@@ -101,6 +101,54 @@ def test_chunked_body_is_decoded_and_streamed() -> None:
     asyncio.run(with_server(handler, body))
 
 
+def test_chunks_that_arrive_together_are_relayed_as_one_piece() -> None:
+    pieces = [b"data: %d\n\n" % i for i in range(16)]
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+        # One write: the client reads it at once and gets 16 HTTP chunks from its parser.
+        chunked = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces)
+        writer.write(head + chunked + b"0\r\n\r\n")
+        await writer.drain()
+
+    async def body(pool: ConnectionPool) -> None:
+        response = await pool.request(request(pool), first_byte_timeout_s=2, total_timeout_s=5)
+        await asyncio.sleep(0.05)  # everything is in before the consumer looks
+        chunks = [chunk async for chunk in response]
+        assert chunks == [b"".join(pieces)]
+        response.release()
+        assert pool.idle_connections == 1
+
+    asyncio.run(with_server(handler, body))
+
+
+def test_a_slow_consumer_pauses_the_upstream_and_gets_every_byte() -> None:
+    piece = b"x" * 65536
+    count = 64  # 4 MiB: past the 1 MiB high-water mark
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % (len(piece) * count))
+        for _ in range(count):
+            writer.write(piece)
+            await writer.drain()
+
+    async def body(pool: ConnectionPool) -> None:
+        response = await pool.request(request(pool), first_byte_timeout_s=2, total_timeout_s=10)
+        await asyncio.sleep(0.2)
+        total = 0
+        async for chunk in response:
+            # Reading paused at the high-water mark, so no single piece is the whole body.
+            assert len(chunk) < len(piece) * count
+            total += len(chunk)
+            await asyncio.sleep(0.001)
+        assert total == len(piece) * count
+        response.release()
+
+    asyncio.run(with_server(handler, body))
+
+
 def test_connection_refused_is_a_connect_error() -> None:
     async def main() -> None:
         pool = ConnectionPool("127.0.0.1", free_port(), connect_timeout_s=1.0)
