@@ -149,7 +149,7 @@ def dense_features(
     slots = [0] * (_NEGATION_SLOT + 1)
     for word in _SLOT_WORDS.intersection(distinct):
         slots[_WORD_SLOT[word]] += 1
-    raw = text.encode()
+    raw = text.encode("utf-8", "surrogatepass")  # lone surrogates are counted as text
     n_words = len(words)
     n_text = len(text)
     max_tokens = view.max_tokens
@@ -198,7 +198,7 @@ def dense_features(
 
 
 def _digits(text: str) -> int:
-    raw = text.encode()
+    raw = text.encode("utf-8", "surrogatepass")
     return len(raw) - len(raw.translate(None, _DIGIT_BYTES))
 
 

@@ -91,7 +91,13 @@ def tokens(text: str) -> list[str]:
     # ASCII bytes never occur inside a multi-byte UTF-8 sequence, so the byte table is safe on
     # UTF-8 too; the few non-ASCII separators are replaced only when present (~4x faster than
     # str.translate with `_SEPARATORS`, which gives the same tokens).
-    folded = clipped.lower().encode().translate(_ASCII_FOLD).decode()
+    # surrogatepass: a lone surrogate (valid in JSON read by the json module) survives as is.
+    folded = (
+        clipped.lower()
+        .encode("utf-8", "surrogatepass")
+        .translate(_ASCII_FOLD)
+        .decode("utf-8", "surrogatepass")
+    )
     for separator in _WIDE_SEPARATORS:
         if separator in folded:
             folded = folded.replace(separator, " ")

@@ -88,7 +88,7 @@ def test_buckets_do_not_depend_on_the_process_hash_seed() -> None:
 @given(
     st.text(
         alphabet=st.sampled_from(
-            "aZ_9 .,!?\n\t\u00e9\u00c4\u0130\u00df\u2013\u201c\u2022\u00a0\u4e2d"
+            "aZ_9 .,!?=$\n\t\u00e9\u00c4\u0130\u00df\u2013\u201c\u2022\u00a0\u4e2d\ud800"
         ),
         max_size=60,
     )
@@ -97,6 +97,9 @@ def test_tokens_match_the_reference_translation(text: str) -> None:
     # The fast paths (byte tables, ASCII and UTF-8) give exactly the tokens of the plain
     # definition: lower-case, punctuation and typographic separators to spaces, split.
     assert tokens(text) == text.lower().translate(_SEPARATORS).split()
+    # The dense features read the same text (lone surrogates included) without failing.
+    f = named({"messages": [{"role": "user", "content": text}]})
+    assert f["math_chars_per_100"] == 100.0 * sum(map(text.count, "=$")) / (len(text) + 1.0)
 
 
 def test_character_counts_are_the_same_on_non_ascii_text() -> None:
