@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -38,6 +39,24 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def free_port_block(count: int) -> int:
+    """First of `count` consecutive free ports, below the kernel's ephemeral range (32768 and
+    up by default), where outgoing connections take their ports: `free_port() + 1` can be
+    taken by one of those at any moment."""
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(20000, 32000 - count)
+        with contextlib.ExitStack() as held:
+            try:
+                for offset in range(count):
+                    sock = held.enter_context(socket.socket())
+                    sock.bind(("127.0.0.1", base + offset))
+            except OSError:
+                continue
+            return base
+    raise RuntimeError(f"no block of {count} free ports found")
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import free_port, send, stop_processes, wait_healthy
+from tests.helpers import free_port, free_port_block, send, stop_processes, wait_healthy
 
 pytestmark = pytest.mark.slow
 
 
 def test_up_serves_routes_and_labels(tmp_path: Path) -> None:
-    port, base = free_port(), free_port()
+    port, base = free_port(), free_port_block(3)  # the three tiers take base .. base + 2
     log = tmp_path / "labels.jsonl"
     process = subprocess.Popen(
         [
@@ -41,7 +41,14 @@ def test_up_serves_routes_and_labels(tmp_path: Path) -> None:
         start_new_session=True,
     )
     try:
-        wait_healthy(f"http://127.0.0.1:{port}/ready", 60, process)  # type: ignore[arg-type]
+        try:
+            wait_healthy(f"http://127.0.0.1:{port}/ready", 60, process)  # type: ignore[arg-type]
+        except RuntimeError:
+            if process.poll() is not None and process.stdout is not None:
+                pytest.fail(
+                    f"tiergate up exited:\n{process.stdout.read().decode(errors='replace')}"
+                )
+            raise
         url = f"http://127.0.0.1:{port}"
         for question in (
             "hello there",
