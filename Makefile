@@ -37,6 +37,7 @@ bench: venv
 	tests/tools/install_system_deps.sh
 	$(BIN)/python benchmarks/router_hotpath.py
 	$(BIN)/python benchmarks/overhead.py
+	$(BIN)/python benchmarks/overhead_breakdown.py
 	$(BIN)/python benchmarks/costmodel_figures.py
 	$(BIN)/python benchmarks/router_quality.py
 
