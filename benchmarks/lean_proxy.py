@@ -12,31 +12,34 @@ import uvicorn
 
 from gateway.backends.h1client import ConnectionPool
 
-UPSTREAM = ConnectionPool("127.0.0.1", int(sys.argv[2]))
 
+def make_app(upstream: ConnectionPool) -> Any:
+    """The pass-through as an ASGI app forwarding to `upstream`."""
 
-async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    if scope["type"] != "http":
-        return
-    body = b""
-    while True:
-        message = await receive()
-        body += message.get("body", b"")
-        if not message.get("more_body"):
-            break
-    request = UPSTREAM.render(b"POST", scope["path"].encode(), body)
-    response = await UPSTREAM.request(request, first_byte_timeout_s=60, total_timeout_s=120)
-    headers = [(b"content-type", response.header(b"content-type") or b"application/json")]
-    await send({"type": "http.response.start", "status": response.status, "headers": headers})
-    async for chunk in response:
-        await send({"type": "http.response.body", "body": chunk, "more_body": True})
-    await send({"type": "http.response.body", "body": b""})
-    response.release()
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        request = upstream.render(b"POST", scope["path"].encode(), body)
+        response = await upstream.request(request, first_byte_timeout_s=60, total_timeout_s=120)
+        headers = [(b"content-type", response.header(b"content-type") or b"application/json")]
+        await send({"type": "http.response.start", "status": response.status, "headers": headers})
+        async for chunk in response:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+        response.release()
+
+    return app
 
 
 if __name__ == "__main__":
     uvicorn.run(
-        app,
+        make_app(ConnectionPool("127.0.0.1", int(sys.argv[2]))),
         host="127.0.0.1",
         port=int(sys.argv[1]),
         loop="uvloop",

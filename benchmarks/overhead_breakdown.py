@@ -45,6 +45,7 @@ from router_models.model import RouterModel
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 sys.path.insert(0, str(REPO / "benchmarks"))
+from lean_proxy import make_app  # noqa: E402
 from overhead import CHAT, KEY, free_port, gateway_config, wait_http  # noqa: E402
 
 BODY = json.dumps(CHAT).encode()
@@ -104,24 +105,6 @@ async def call(app: Handler, never: asyncio.Future[None]) -> None:
         raise RuntimeError(f"request failed: {sent}")
 
 
-def lean_app(backend_port: int) -> Handler:
-    pool = ConnectionPool("127.0.0.1", backend_port)
-
-    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        # benchmarks/lean_proxy.py's handler, bound to this pool.
-        message = await receive()
-        request = pool.render(b"POST", scope["path"].encode(), message["body"])
-        response = await pool.request(request, first_byte_timeout_s=60, total_timeout_s=120)
-        headers = [(b"content-type", b"application/json")]
-        await send({"type": "http.response.start", "status": response.status, "headers": headers})
-        async for chunk in response:
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        await send({"type": "http.response.body", "body": b""})
-        response.release()
-
-    return app
-
-
 async def measure(config: Path, backend_port: int, rounds: int, block: int) -> dict[str, Any]:
     app = build_app(load_settings(config), policy_factory=build_policy, config_path=config)
     lifespan: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
@@ -151,7 +134,7 @@ async def measure(config: Path, backend_port: int, rounds: int, block: int) -> d
         name: [(owner, attr, getattr(owner, attr)) for owner, attr, _ in stubs]
         for name, stubs in STUBS.items()
     }
-    lean = lean_app(backend_port)
+    lean = make_app(ConnectionPool("127.0.0.1", backend_port))
     never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     for _ in range(1000):  # warm caches, pools and the word cache
         await call(app, never)

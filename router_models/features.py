@@ -149,7 +149,6 @@ def dense_features(
     slots = [0] * (_NEGATION_SLOT + 1)
     for word in _SLOT_WORDS.intersection(distinct):
         slots[_WORD_SLOT[word]] += 1
-    raw = text.encode("utf-8", "surrogatepass")  # lone surrogates are counted as text
     n_words = len(words)
     n_text = len(text)
     max_tokens = view.max_tokens
@@ -174,9 +173,9 @@ def dense_features(
         view.n_choices,
         view.is_chat,
         text.count("```") // 2,
-        100.0 * (len(raw) - len(raw.translate(None, _MATH_BYTES))) / (n_text + 1.0),
+        100.0 * _ascii_count(text, _MATH_BYTES) / (n_text + 1.0),
         sum(map(str.isdigit, words)),
-        _digits(block) if block else 0,
+        _ascii_count(block, _DIGIT_BYTES) if block else 0,
         slots[_NEGATION_SLOT],
         "EXCEPT" in stem or " NOT " in stem,
         stem.count("?"),
@@ -197,9 +196,10 @@ def dense_features(
     ]
 
 
-def _digits(text: str) -> int:
+def _ascii_count(text: str, chars: bytes) -> int:
+    """Occurrences in `text` of the ASCII characters `chars` (lone surrogates pass through)."""
     raw = text.encode("utf-8", "surrogatepass")
-    return len(raw) - len(raw.translate(None, _DIGIT_BYTES))
+    return len(raw) - len(raw.translate(None, chars))
 
 
 def _first_option_at(text: str) -> int:

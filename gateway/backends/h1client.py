@@ -26,8 +26,8 @@ from typing import Final, cast
 
 import httptools
 
-_HIGH_WATER: Final = 1 << 20  # pause reading from upstream above 1 MiB buffered
-_LOW_WATER: Final = 1 << 18
+# Pause reading from upstream above 1 MiB buffered; resume once the consumer took it all.
+_HIGH_WATER: Final = 1 << 20
 
 
 class UpstreamFailure(Exception):

@@ -428,12 +428,12 @@ class RegimeTracker:
         return series
 
     def _both(self, tier: str, tenant: str) -> tuple[_Series, _Series]:
-        # Called twice per request: the pair is cached (a tenant's fold never changes).
+        # Called twice per request: the pair is cached (a tenant's fold never changes), only
+        # for tenants with their own series, so the cache is bounded like the series.
         pair = self._pairs.get((tier, tenant))
         if pair is None:
-            pair = (
-                self._get_series(tier, self._fold(tier, tenant)),
-                self._get_series(tier, ALL_TENANTS),
-            )
-            self._pairs[(tier, tenant)] = pair
+            folded = self._fold(tier, tenant)
+            pair = (self._get_series(tier, folded), self._get_series(tier, ALL_TENANTS))
+            if folded == tenant:
+                self._pairs[(tier, tenant)] = pair
         return pair

@@ -141,6 +141,11 @@ def test_tenants_fold_past_the_cap() -> None:
         tr.request_started("t", name, 0.0)
     assert tr.tenants("t") == ["a", "b", OTHER_TENANTS]
     assert tr.report("t", 10.0, "c").concurrency.mean == pytest.approx(2.0)
+    for i in range(1000):  # many folded tenants: per-tenant state stays bounded
+        tr.request_started("t", f"extra-{i}", 1.0)
+        tr.request_finished("t", f"extra-{i}", 1.5)
+    assert len(tr._series) == 4 and len(tr._pairs) == 2
+    assert tr.report("t", 10.0, OTHER_TENANTS).concurrency.mean == pytest.approx(2.0)
 
 
 def test_empty_report() -> None:
