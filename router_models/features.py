@@ -143,14 +143,22 @@ def dense_features(
     else:
         stem, block, option_chars = text, "", []
     n_options = len(option_chars)
-    mean_option = sum(option_chars) / n_options if n_options else 0.0
-    max_option = max(option_chars) if n_options else 0
-    spread = (max_option - min(option_chars)) / (mean_option + 1.0) if n_options else 0.0
+    if n_options:
+        max_option = max(option_chars)
+        mean_option = sum(option_chars) / n_options
+        spread = (max_option - min(option_chars)) / (mean_option + 1.0)
+    else:
+        max_option, mean_option, spread = 0, 0.0, 0.0
     slots = [0] * (_NEGATION_SLOT + 1)
     for word in _SLOT_WORDS.intersection(distinct):
         slots[_WORD_SLOT[word]] += 1
     n_words = len(words)
     n_text = len(text)
+    raw = text.encode("utf-8", "surrogatepass")
+    n_bytes = len(raw)
+    # Six prompts in ten have no digit: skip the per-word isdigit scan for them. Non-ASCII
+    # text may hold other Unicode digits (str.isdigit counts them), so it is always scanned.
+    scan_digits = len(raw.translate(None, _DIGIT_BYTES)) != n_bytes or not text.isascii()
     max_tokens = view.max_tokens
     no_max_tokens = math.isnan(max_tokens)
     temperature = view.temperature
@@ -173,9 +181,9 @@ def dense_features(
         view.n_choices,
         view.is_chat,
         text.count("```") // 2,
-        100.0 * _ascii_count(text, _MATH_BYTES) / (n_text + 1.0),
-        sum(map(str.isdigit, words)),
-        _ascii_count(block, _DIGIT_BYTES) if block else 0,
+        100.0 * (n_bytes - len(raw.translate(None, _MATH_BYTES))) / (n_text + 1.0),
+        sum(map(str.isdigit, words)) if scan_digits else 0,
+        _ascii_count(block, _DIGIT_BYTES) if block and scan_digits else 0,
         slots[_NEGATION_SLOT],
         "EXCEPT" in stem or " NOT " in stem,
         stem.count("?"),

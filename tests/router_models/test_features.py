@@ -89,6 +89,7 @@ def test_buckets_do_not_depend_on_the_process_hash_seed() -> None:
     st.text(
         alphabet=st.sampled_from(
             "aZ_9 .,!?=$\n\t\u00e9\u00c4\u0130\u00df\u2013\u201c\u2022\u00a0\u4e2d\ud800"
+            "\u0663\u00b2"  # non-ASCII digits: str.isdigit counts them
         ),
         max_size=60,
     )
@@ -100,6 +101,8 @@ def test_tokens_match_the_reference_translation(text: str) -> None:
     # The dense features read the same text (lone surrogates included) without failing.
     f = named({"messages": [{"role": "user", "content": text}]})
     assert f["math_chars_per_100"] == 100.0 * sum(map(text.count, "=$")) / (len(text) + 1.0)
+    # Digit-free ASCII text skips the per-token scan; every other text gets the plain count.
+    assert f["numeric_tokens"] == sum(map(str.isdigit, tokens(text)))
 
 
 def test_character_counts_are_the_same_on_non_ascii_text() -> None:
