@@ -51,6 +51,7 @@ from gateway.shadow.sampler import ShadowSampler
 from gateway.stats import EndpointSample, Ladder, TierSample
 from gateway.tenants.admission import Admission
 from gateway.tenants.registry import TenantRegistry
+from router_models import router_build
 
 log = logging.getLogger("tiergate")
 
@@ -96,7 +97,8 @@ class Gateway:
         self.policy_factory: PolicyFactory = policy_factory or (lambda _settings: TopTierPolicy())
         self.config_path = config_path
         self.watch_config = watch_config
-        self.metrics = GatewayMetrics(self.registry)
+        # Which build of the router's hot path serves (setup.py: mypyc or the Python source).
+        self.metrics = GatewayMetrics(self.registry, {"router_build": router_build()})
         self.registry.register(BackendCollector(self._backend_samples))
         self.admission = Admission(
             _redis_client(settings, self.environ),

@@ -253,7 +253,7 @@ class GatewayMetrics:
         labels = {"version": __version__, **(build_labels or {})}
         self.build_info = Gauge(
             "tiergate_build_info",
-            "Version of the running gateway (value 1).",
+            "Version and router build (mypyc or python) of the running gateway (value 1).",
             list(labels),
             registry=registry,
             multiprocess_mode="max",

@@ -125,5 +125,9 @@ CHAR_SALT: Final = 0x85EBCA6B
 
 
 def gram_bucket(gram: str, salt: int, mask: int) -> int:
-    """Bucket of `gram` in one group; the salt keeps the groups' buckets apart."""
-    return zlib.crc32(gram.encode("utf-8"), salt) & mask
+    """Bucket of `gram` in one group; the salt keeps the groups' buckets apart.
+
+    surrogatepass: a lone surrogate (label files read by the json module may hold one) hashes
+    like any other character instead of failing; valid text encodes exactly as plain UTF-8.
+    """
+    return zlib.crc32(gram.encode("utf-8", "surrogatepass"), salt) & mask

@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 
+from gateway import __version__
 from gateway.config import parse_settings
 from gateway.tenants.registry import hash_key
+from router_models import router_build
 from tests.helpers import MODEL, GatewayThread, Ladder, send
 
 ADMIN = "admin-secret-token"
@@ -135,3 +137,11 @@ def test_keys_never_reach_metrics(gw: GatewayThread) -> None:
     assert "tiergate_requests_total" in text
     for secret in ("sk-alpha", "sk-beta", "sk-gamma", ADMIN):
         assert secret not in text
+
+
+def test_build_info_names_the_router_build(gw: GatewayThread) -> None:
+    with urllib.request.urlopen(f"{gw.url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    build = router_build()
+    assert build == "python"  # tests run on the source; tests/router_models/test_compiled.py
+    assert f'tiergate_build_info{{router_build="{build}",version="{__version__}"}} 1.0' in text

@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import zlib
 
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
 from router_models.features import DENSE_NAMES, dense_features_of
+from router_models.model import RouterModel, default_model_path
 from router_models.ngrams import (
     _SEPARATORS,
     HEAD_CHARS,
@@ -113,3 +115,14 @@ def test_character_counts_are_the_same_on_non_ascii_text() -> None:
     block = text[text.index("A. ") :]
     assert f["digits_in_options"] == sum(c in "0123456789" for c in block)
     assert f["negations"] == 0.0
+
+
+def test_lone_surrogates_are_hashed_not_fatal() -> None:
+    # The json module (label files) accepts a lone surrogate; training and the one-request path
+    # hash it like any other character and agree with each other.
+    request = {"messages": [{"role": "user", "content": "caf\ud800 au lait \ud800"}]}
+    assert gram_bucket("\ud800", 0, 255) == zlib.crc32(b"\xed\xa0\x80") & 255
+    model = RouterModel.load(default_model_path())
+    np.testing.assert_allclose(
+        model.predict_proba([request])[0], model.predict_proba_one(request), atol=1e-12
+    )
