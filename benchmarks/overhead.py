@@ -6,6 +6,8 @@ Every target fronts the same fixed fast fake backend (benchmarks/fake_backend.py
             tiergate, nothing else) -> backend
   tiergate  wrk -> `tiergate serve` (auth, validation, routing, metrics, observer sampling
             on; one tenant) -> backend
+  tiergate-mypyc  the same with the router's hot path compiled (--compiled DIR, a
+            `TIERGATE_COMPILE=1 pip install --target DIR .`; `make compiled` builds one)
   litellm   wrk -> LiteLLM proxy (own venv .venv-bench-litellm, extra `bench`) -> backend
 
 For concurrency 1, 8 and 64: requests/s and latency percentiles from wrk (JSON requests);
@@ -17,6 +19,7 @@ two consecutive long runs for tiergate. Writes benchmarks/results/overhead.{json
 
 Figures are ratios measured in the same run on the same machine; nothing here is a test.
 Run: python benchmarks/overhead.py [--duration 5] [--no-litellm] [--long-requests 50000]
+           [--compiled build/compiled-router]
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ RESULTS = REPO / "benchmarks" / "results"
 PYTHON = sys.executable
 LITELLM_VENV = REPO / ".venv-bench-litellm"
 KEY = "sk-bench"
+COMPILED = "tiergate-mypyc"  # the target running the compiled router build (--compiled DIR)
 CHAT = {
     "model": "bench",
     "messages": [
@@ -108,10 +112,18 @@ def rss_mb(pid: int) -> float:
 
 class Target:
     def __init__(
-        self, name: str, argv: list[str], port: int, health: str, env: dict[str, str] | None = None
+        self,
+        name: str,
+        argv: list[str],
+        port: int,
+        health: str,
+        *,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
     ) -> None:
         self.name, self.argv, self.port, self.health = name, argv, port, health
         self.env = {**os.environ, **(env or {})}
+        self.cwd = cwd
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -122,6 +134,7 @@ class Target:
         self.process = subprocess.Popen(
             self.argv,
             env=self.env,
+            cwd=self.cwd,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
@@ -263,7 +276,9 @@ def ensure_litellm() -> Path | None:
 
 
 @contextlib.contextmanager
-def targets(workdir: Path, with_litellm: bool) -> Iterator[dict[str, Target]]:
+def targets(
+    workdir: Path, with_litellm: bool, compiled: Path | None = None
+) -> Iterator[dict[str, Target]]:
     backend_port = free_port()
     backend = Target(
         "direct",
@@ -279,23 +294,21 @@ def targets(workdir: Path, with_litellm: bool) -> Iterator[dict[str, Target]]:
         lean_port,
         "/health",
     )
-    gw_port = free_port()
     config = gateway_config(workdir / "tiergate.yaml", backend_port)
-    made["tiergate"] = Target(
-        "tiergate",
-        [
-            PYTHON,
-            "-m",
-            "gateway.cli.main",
-            "serve",
-            "--config",
-            str(config),
-            "--port",
-            str(gw_port),
-        ],
-        gw_port,
-        "/health",
-    )
+    builds = {"tiergate": None} if compiled is None else {"tiergate": None, COMPILED: compiled}
+    for name, site in builds.items():
+        port = free_port()
+        serve = ["serve", "--config", str(config), "--port", str(port)]
+        made[name] = Target(
+            name,
+            [PYTHON, "-m", "gateway.cli.main", *serve],
+            port,
+            "/health",
+            # Started outside the repository, so the compiled copy first on PYTHONPATH is
+            # what imports (not the source in the working directory).
+            env=None if site is None else {"PYTHONPATH": str(site.resolve())},
+            cwd=workdir,
+        )
     if with_litellm:
         binary = ensure_litellm()
         if binary is not None:
@@ -324,6 +337,12 @@ def targets(workdir: Path, with_litellm: bool) -> Iterator[dict[str, Target]]:
     try:
         for target in made.values():
             target.start(timeout_s=180 if target.name == "litellm" else 60)
+        for name, site in builds.items():
+            expected = "python" if site is None else "mypyc"
+            with urllib.request.urlopen(made[name].url + "/metrics", timeout=10) as response:
+                metrics = response.read().decode()
+            if f'router_build="{expected}"' not in metrics:
+                raise SystemExit(f"{name} does not run the {expected} router build")
         yield made
     finally:
         for target in made.values():
@@ -333,7 +352,10 @@ def targets(workdir: Path, with_litellm: bool) -> Iterator[dict[str, Target]]:
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     results: dict[str, Any] = {"targets": {}, "concurrency": concurrencies}
-    with tempfile.TemporaryDirectory() as tmp, targets(Path(tmp), not args.no_litellm) as running:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        targets(Path(tmp), not args.no_litellm, args.compiled) as running,
+    ):
         workdir = Path(tmp)
         # Warm every target up (connection pools, imports, JIT-less caches).
         for target in running.values():
@@ -403,23 +425,27 @@ def summarise(results: dict[str, Any]) -> dict[str, Any]:
         summary["ttft_added_ms"][name] = t[name]["ttft_ms"] - direct["ttft_ms"]
     for name in t:
         summary["max_rps"][name] = max(t[name]["json"][c]["rps"] for c in cs)
-    gw = t["tiergate"]
-    checks = {
-        "tiergate_vs_lean_rps >= 0.75": summary["max_rps"]["tiergate"] / summary["max_rps"]["lean"],
-        "cpu_ms_per_json_request <= 0.35": statistics.median(
-            gw["json"][c]["cpu_ms_per_request"] for c in cs
-        ),
-        "cpu_ms_per_16_chunk_stream <= 0.5": gw["stream"]["cpu_ms_per_request"],
-        "added_p50_ms_at_c1 <= 0.6": summary["added"]["tiergate"][cs[0]]["p50_ms"],
-    }
-    if "litellm" in t:
-        checks["tiergate_vs_litellm_rps >= 30"] = (
-            summary["max_rps"]["tiergate"] / summary["max_rps"]["litellm"]
-        )
+    checks: dict[str, float] = {}
+    for name in ("tiergate", COMPILED):
+        if name not in t:
+            continue
+        gw = t[name]
+        checks |= {
+            f"{name}: vs_lean_rps >= 0.75": summary["max_rps"][name] / summary["max_rps"]["lean"],
+            f"{name}: cpu_ms_per_json_request <= 0.35": statistics.median(
+                gw["json"][c]["cpu_ms_per_request"] for c in cs
+            ),
+            f"{name}: cpu_ms_per_16_chunk_stream <= 0.5": gw["stream"]["cpu_ms_per_request"],
+            f"{name}: added_p50_ms_at_c1 <= 0.6": summary["added"][name][cs[0]]["p50_ms"],
+        }
+        if "litellm" in t:
+            checks[f"{name}: vs_litellm_rps >= 30"] = (
+                summary["max_rps"][name] / summary["max_rps"]["litellm"]
+            )
     if "tiergate_long_runs" in results:
         runs = results["tiergate_long_runs"]
-        checks["rss_mb_after_long_runs <= 150"] = runs[-1]["rss_mb"]
-        checks["rss_growth_mb_between_runs ~ 0"] = runs[-1]["rss_mb"] - runs[0]["rss_mb"]
+        checks["tiergate: rss_mb_after_long_runs <= 150"] = runs[-1]["rss_mb"]
+        checks["tiergate: rss_growth_mb_between_runs ~ 0"] = runs[-1]["rss_mb"] - runs[0]["rss_mb"]
     summary["checks"] = checks
     return summary
 
@@ -519,6 +545,11 @@ def main() -> None:
     parser.add_argument("--no-litellm", action="store_true")
     parser.add_argument(
         "--long-requests", type=int, default=50_000, help="per long run (two runs); 0 skips"
+    )
+    parser.add_argument(
+        "--compiled",
+        type=Path,
+        help=f"a TIERGATE_COMPILE=1 install (pip --target DIR): adds the {COMPILED} target",
     )
     args = parser.parse_args()
     if shutil.which("wrk") is None:

@@ -9,8 +9,11 @@ micro-operation (`sum(range(100))`) put the figures in context: this machine is 
 load average is recorded too.
 
 Usage: python benchmarks/router_hotpath.py [--model DIR] [--data-dir ../shared/data]
-           [--out benchmarks/results] [--repeat 5] [--limit 3000]
-Writes router_hotpath.json and router_hotpath.md. Target: p50 <= 50 us (MMLU-sized prompts).
+           [--out benchmarks/results] [--repeat 5] [--limit 3000] [--runs 3] [--compiled DIR]
+With --compiled DIR (a `TIERGATE_COMPILE=1 pip install --target DIR` of this repository; `make
+compiled` builds one in build/compiled-router) the source and the compiled build are measured
+in alternating child processes. Writes router_hotpath.json and router_hotpath.md. Target:
+p50 <= 50 us (MMLU-sized prompts).
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ import json
 import os
 import platform
 import random
+import subprocess
+import sys
+import tempfile
 import time
 import timeit
 from collections.abc import Callable, Mapping, Sequence
@@ -30,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from router_models import router_build
 from router_models.features import dense_features
 from router_models.model import RouterModel, default_model_path
 from router_models.ngrams import tokens
@@ -148,24 +155,18 @@ def bench_set(path: Path, requests: Sequence[Request], repeat: int) -> dict[str,
     }
 
 
-def write_markdown(doc: dict[str, Any], path: Path) -> None:
+def build_section(doc: dict[str, Any]) -> list[str]:
+    """The markdown of one build's median run."""
     lines = [
-        "# Router hot path (benchmarks/router_hotpath.py)",
-        "",
-        f"Model: `{doc['model']}` (scorer {doc['scorer']}, tiers {', '.join(doc['tiers'])}). "
-        f"Machine: {doc['machine']}; load average before/after {doc['load_before']} / "
-        f"{doc['load_after']}. Median of {len(doc['runs'])} runs shown; in it "
-        f"`sum(range(100))` took {doc['reference_op_us']:.2f} us and CPU steal was "
-        f"{doc['steal_share']:.1%}. All runs (MMLU warm p50 / p99, reference op): "
+        f"Median of {len(doc['runs'])} runs shown; in it `sum(range(100))` took "
+        f"{doc['reference_op_us']:.2f} us and CPU steal was {doc['steal_share']:.1%}. All runs "
+        "(MMLU warm p50 / p99, reference op): "
         + "; ".join(
             f"{r['mmlu_warm_p50_us']:.1f} / {r['mmlu_warm_p99_us']:.1f} us at "
             f"{r['reference_op_us']:.2f} us"
             for r in doc["runs"]
         )
         + ".",
-        "",
-        "One decision = predict_proba_one (view, tokens, features, lean scorer, calibration) + "
-        f"decide. Target p50 <= {TARGET_P50_US:.0f} us on MMLU-sized prompts.",
         "",
         "| prompts | n | median chars | pass | p50 us | p90 us | p99 us | mean us |",
         "|---|---|---|---|---|---|---|---|",
@@ -181,20 +182,43 @@ def write_markdown(doc: dict[str, Any], path: Path) -> None:
     lines += ["| stage | p50 us |", "|---|---|"]
     for name, v in doc["components"].items():
         lines.append(f"| {name} | {v['p50_us']:.2f} |")
-    verdict = "met" if doc["target_met"] else "NOT met"
-    lines += ["", f"Target p50 <= {TARGET_P50_US:.0f} us (warm, MMLU): {verdict}.", ""]
+    return [*lines, ""]
+
+
+def write_markdown(report: dict[str, Any], path: Path) -> None:
+    builds = report["builds"]
+    first = next(iter(builds.values()))
+    lines = [
+        "# Router hot path (benchmarks/router_hotpath.py)",
+        "",
+        f"Model: `{first['model']}` (scorer {first['scorer']}, tiers "
+        f"{', '.join(first['tiers'])}). Machine: {first['machine']}; measured "
+        f"{report['finished']}. One decision = predict_proba_one (view, tokens, features, lean "
+        f"scorer, calibration) + decide. Target p50 <= {TARGET_P50_US:.0f} us on MMLU-sized "
+        "prompts (warm).",
+        "",
+        "Builds: `python` is the source as `make run` installs it; `mypyc` is the same source "
+        "compiled by `TIERGATE_COMPILE=1` (setup.py). Each run is a fresh process and the "
+        "builds' runs alternate, so the host's drifting speed reaches both alike.",
+        "",
+        "| build | MMLU warm p50 us (median run) | p99 us | all runs' p50 us | target |",
+        "|---|---|---|---|---|",
+    ]
+    for build, doc in builds.items():
+        warm = next(iter(doc["sets"].values()))["warm"]
+        runs = ", ".join(f"{r['mmlu_warm_p50_us']:.1f}" for r in doc["runs"])
+        verdict = "met" if doc["target_met"] else "NOT met"
+        lines.append(
+            f"| {build} | {warm['p50_us']:.1f} | {warm['p99_us']:.1f} | {runs} | {verdict} |"
+        )
+    lines.append("")
+    for build, doc in builds.items():
+        lines += [f"## {build}", "", *build_section(doc)]
     path.write_text("\n".join(lines))
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, default=default_model_path())
-    parser.add_argument("--data-dir", type=Path, default=REPO.parent / "shared/data")
-    parser.add_argument("--out", type=Path, default=REPO / "benchmarks/results")
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--limit", type=int, default=3000)
-    parser.add_argument("--runs", type=int, default=3, help="whole measurements; median kept")
-    args = parser.parse_args(argv)
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """`args.runs` whole measurements in this process (this process's build); median kept."""
     model = RouterModel.load(args.model)
     labels = args.data_dir / "labels"
     sets = {
@@ -227,10 +251,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     first = next(iter(sets))
     runs.sort(key=lambda r: r["sets"][first]["warm"]["p50_us"])
     median_run = runs[len(runs) // 2]
-    results = median_run["sets"]
-    reference = median_run["reference_op_us"]
-    mmlu = next(iter(sets.values()))
     doc = {
+        "build": router_build(),
         "model": str(args.model.relative_to(REPO))
         if args.model.is_relative_to(REPO)
         else str(args.model),
@@ -239,7 +261,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python "
         f"{platform.python_version()}",
         "load_before": load_before,
-        "reference_op_us": reference,
+        "reference_op_us": median_run["reference_op_us"],
         "steal_share": median_run["steal_share"],
         "runs": [
             {
@@ -250,20 +272,74 @@ def main(argv: Sequence[str] | None = None) -> None:
             }
             for r in runs
         ],
-        "sets": results,
-        "components": components(model, mmlu),
+        "sets": median_run["sets"],
+        "components": components(model, sets[first]),
         "load_after": [round(x, 2) for x in os.getloadavg()],
-        "finished": time.strftime("%Y-%m-%d %H:%M"),
     }
-    doc["target_met"] = next(iter(results.values()))["warm"]["p50_us"] <= TARGET_P50_US
+    doc["target_met"] = median_run["sets"][first]["warm"]["p50_us"] <= TARGET_P50_US
+    return doc
+
+
+def compare_builds(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """One run per child process, alternating the source and the compiled build."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    envs = {"python": env, "mypyc": {**env, "PYTHONPATH": str(args.compiled.resolve())}}
+    runs: dict[str, list[dict[str, Any]]] = {build: [] for build in envs}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(args.runs):
+            for build, child_env in envs.items():
+                out = Path(tmp) / f"{build}-{i}.json"
+                command = [sys.executable, __file__, "--child", str(out), "--runs", "1"]
+                command += ["--model", str(args.model), "--data-dir", str(args.data_dir)]
+                command += ["--repeat", str(args.repeat), "--limit", str(args.limit)]
+                # The script's own directory comes first on sys.path, then PYTHONPATH, then the
+                # editable install: the compiled copy wins where it is given.
+                subprocess.run(command, env=child_env, check=True)
+                doc = json.loads(out.read_text())
+                if doc["build"] != build:
+                    raise SystemExit(f"expected the {build} build, the child ran {doc['build']}")
+                runs[build].append(doc)
+    builds = {}
+    for build, docs in runs.items():
+        docs.sort(key=lambda d: next(iter(d["sets"].values()))["warm"]["p50_us"])
+        median = docs[len(docs) // 2]
+        builds[build] = {**median, "runs": [r for d in docs for r in d["runs"]]}
+    return builds
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, default=default_model_path())
+    parser.add_argument("--data-dir", type=Path, default=REPO.parent / "shared/data")
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks/results")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--limit", type=int, default=3000)
+    parser.add_argument("--runs", type=int, default=3, help="whole measurements; median kept")
+    parser.add_argument(
+        "--compiled",
+        type=Path,
+        help="a TIERGATE_COMPILE=1 install (pip --target DIR): measure it beside the source",
+    )
+    parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child is not None:
+        args.child.write_text(json.dumps(measure(args)))
+        return
+    if args.compiled is not None:
+        builds = compare_builds(args)
+    else:
+        doc = measure(args)
+        builds = {doc["build"]: doc}
+    report = {"builds": builds, "finished": time.strftime("%Y-%m-%d %H:%M")}
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "router_hotpath.json").write_text(json.dumps(doc, indent=2) + "\n")
-    write_markdown(doc, args.out / "router_hotpath.md")
-    for name, s in results.items():
-        print(
-            f"{name}: warm p50 {s['warm']['p50_us']:.1f} us, p99 {s['warm']['p99_us']:.1f} us;"
-            f" cold p50 {s['cold']['p50_us']:.1f} us"
-        )
+    (args.out / "router_hotpath.json").write_text(json.dumps(report, indent=2) + "\n")
+    write_markdown(report, args.out / "router_hotpath.md")
+    for build, doc in builds.items():
+        for name, s in doc["sets"].items():
+            print(
+                f"{build} {name}: warm p50 {s['warm']['p50_us']:.1f} us, "
+                f"p99 {s['warm']['p99_us']:.1f} us; cold p50 {s['cold']['p50_us']:.1f} us"
+            )
 
 
 if __name__ == "__main__":
