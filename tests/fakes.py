@@ -32,7 +32,11 @@ class Reply:
 @dataclass
 class FakeUpstream:
     reply: Reply = field(default_factory=Reply)
+    # OpenAI API calls (/v1/...) as the gateway forwarded them. The regime observer's own
+    # background calls (POST /tokenize, GET /metrics) land at any moment, so they are kept
+    # apart: a test reading the last forwarded request must not get one of those.
     received: list[tuple[str, bytes]] = field(default_factory=list)
+    background: list[tuple[str, bytes]] = field(default_factory=list)
     port: int = field(default_factory=free_port)
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
@@ -48,7 +52,8 @@ class FakeUpstream:
             await send({"type": "http.response.start", "status": 200, "headers": []})
             await send({"type": "http.response.body", "body": b""})
             return
-        self.received.append((scope["path"], body))
+        path = scope["path"]
+        (self.received if path.startswith("/v1/") else self.background).append((path, body))
         reply = self.reply
         if reply.delay_s:
             await asyncio.sleep(reply.delay_s)
