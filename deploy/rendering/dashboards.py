@@ -782,8 +782,13 @@ BACKENDS: Final = Dashboard(
         ),
         Panel(
             "Gateway replicas by version",
-            "Replicas exporting metrics, by build.",
-            (Query("count by (version) (tiergate_build_info)", "{{version}}"),),
+            "Replicas exporting metrics, by version and router build (mypyc or python).",
+            (
+                Query(
+                    "count by (version, router_build) (tiergate_build_info)",
+                    "{{version}} {{router_build}}",
+                ),
+            ),
             kind="stat",
         ),
     ),
