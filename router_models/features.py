@@ -14,7 +14,7 @@ import math
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final
 
-from router_models.ngrams import clip_text, tokens
+from router_models.ngrams import clip_text, digit_token_count, tokens
 from router_models.request import RequestView, view_request
 
 __all__ = ["DENSE_NAMES", "TASK_CUES", "dense_features", "dense_features_of"]
@@ -182,7 +182,7 @@ def dense_features(
         view.is_chat,
         text.count("```") // 2,
         100.0 * (n_bytes - len(raw.translate(None, _MATH_BYTES))) / (n_text + 1.0),
-        sum(map(str.isdigit, words)) if scan_digits else 0,
+        digit_token_count(text, words) if scan_digits else 0,
         _ascii_count(block, _DIGIT_BYTES) if block and scan_digits else 0,
         slots[_NEGATION_SLOT],
         "EXCEPT" in stem or " NOT " in stem,
