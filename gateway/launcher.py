@@ -204,8 +204,19 @@ def serve_workers(config_path: Path, host: str, port: int, workers: int) -> None
 
 
 def banner(
-    url: str, api_key: str, model: str, tiers: Sequence[str], admin_token: str | None = None
+    url: str,
+    api_key: str,
+    model: str,
+    tiers: Sequence[str],
+    *,
+    admin_token: str | None = None,
+    python: str = "python",
+    has_sdk: bool = True,
 ) -> str:
+    """What `tiergate up` prints. The examples paste as they are: the heredoc's lines start at
+    the margin (an indented `EOF` never ends it) and `python` is the interpreter that has the
+    OpenAI SDK (the one running tiergate, when it does)."""
+    install = "" if has_sdk else f"  ({python} -m pip install openai first)\n"
     return f"""
 tiergate is up at {url}  (tiers, cheapest first: {", ".join(tiers)})
 
@@ -215,13 +226,16 @@ tiergate is up at {url}  (tiers, cheapest first: {", ".join(tiers)})
     -H "Authorization: Bearer {api_key}" -H "Content-Type: application/json" \\
     -d '{{"model": "{model}", "messages": [{{"role": "user", "content": "hi"}}]}}' -i
 
-  python - <<'EOF'
-  from openai import OpenAI
-  client = OpenAI(base_url="{url}/v1", api_key="{api_key}")
-  for chunk in client.chat.completions.create(
-          model="{model}", messages=[{{"role": "user", "content": "hi"}}], stream=True):
-      print((chunk.choices[0].delta.content or "") if chunk.choices else "", end="")
-  EOF
+  With the OpenAI SDK, streamed:
+{install}
+{python} - <<'EOF'
+from openai import OpenAI
+client = OpenAI(base_url="{url}/v1", api_key="{api_key}")
+for chunk in client.chat.completions.create(
+        model="{model}", messages=[{{"role": "user", "content": "hi"}}], stream=True):
+    print((chunk.choices[0].delta.content or "") if chunk.choices else "", end="")
+print()
+EOF
 
   The x-tiergate-tier response header names the tier that served; pin one with
   model="{model}@<tier>". Metrics: {url}/metrics.

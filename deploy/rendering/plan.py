@@ -67,11 +67,17 @@ class DeployPlan:
         return self.targets[self.compose_target]
 
 
-def _overlay(target: str, plans_dir: Path) -> dict[str, Any]:
+def _overlay(target: str, hardware: str, plans_dir: Path) -> dict[str, Any]:
     path = plans_dir / target / "overlay.yaml"
     if not path.exists():
         return {}
     doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    planned_for = doc.get("hardware")
+    if planned_for is not None and str(planned_for) != hardware:
+        raise ValueError(
+            f"deploy/plans/{target}/overlay.yaml was planned for {planned_for}, but target "
+            f"{target} runs on {hardware}: re-run `tiergate plan --hardware {hardware} --write`"
+        )
     return dict(doc.get("tiers") or {})
 
 
@@ -121,7 +127,7 @@ def load_plan(plan_file: Path = PLAN_FILE, plans_dir: Path = PLANS_DIR) -> Deplo
         settings = settings_from_mapping(
             {"hardware": raw_target["hardware"], "model": doc["model"]}
         )
-        overlay = _overlay(name, plans_dir)
+        overlay = _overlay(name, str(raw_target["hardware"]), plans_dir)
         tiers = [
             _tier(raw, public_model, settings, overlay, f"deploy/plans/{name}/overlay.yaml")
             for raw in doc["tiers"]

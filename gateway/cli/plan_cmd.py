@@ -154,11 +154,21 @@ def tier_regimes_from_gateway(doc: dict[str, Any]) -> dict[str, GatewayTier]:
             continue
         rho_v = _first(rho.get("engine"), rho.get("lru"), rho.get("unbounded"))
         r_v = _first(r.get("r_engine"), r.get("r_iid"))
+        if rho_v is None or r_v is None:
+            # Planning on a default of 0 would turn prefix caching or speculation off on no
+            # evidence at all: such a tier waits until its sampled requests say something.
+            unknown = " and ".join(n for n, v in (("rho", rho_v), ("r", r_v)) if v is None)
+            note = f"{unknown} not measured yet (no sampled requests in the window)"
+            out[str(name)] = GatewayTier(precision, None, note, current)
+            continue
+        sampled = _first(rho.get("sampled_tokens"))
+        rounds = _first(r.get("rounds"))
         source = (
             f"rho from {'engine' if _first(rho.get('engine')) is not None else 'replay'}"
-            f" ({'none: 0' if rho_v is None else f'{rho_v:.3f}'}), r from "
+            f" ({rho_v:.3f}"
+            f"{'' if sampled is None else f', {int(sampled):,} sampled prompt tokens'}), r from "
             f"{'engine' if _first(r.get('r_engine')) is not None else 'replay'}"
-            f" ({'none: 0' if r_v is None else f'{r_v:.3f}'})"
+            f" ({r_v:.3f}{'' if rounds is None else f', {int(rounds):,} sampled rounds'})"
         )
         regime = Regime(
             concurrency=c,
@@ -247,13 +257,18 @@ def _plan_doc(name: str, regime: Regime, plan: TierPlan, source: str) -> dict[st
     return {**plan.to_dict(), "regime": asdict(regime), "regime_source": source, "tier": name}
 
 
-def _write_overlay(directory: Path, tiers: dict[str, dict[str, Any]]) -> list[Path]:
+def _write_overlay(
+    directory: Path, tiers: dict[str, dict[str, Any]], settings: Settings
+) -> list[Path]:
     import yaml
 
     from gateway.planner.vllm_args import serve_command
 
     directory.mkdir(parents=True, exist_ok=True)
     overlay = {
+        # What the plan assumed: an overlay planned for one GPU is wrong on another.
+        "hardware": settings.hardware.name,
+        "model": settings.model.name,
         "tiers": {
             name: {
                 "precision": doc["precision"],
@@ -263,7 +278,7 @@ def _write_overlay(directory: Path, tiers: dict[str, dict[str, Any]]) -> list[Pa
                 "command": serve_command(doc["vllm_args"]),
             }
             for name, doc in tiers.items()
-        }
+        },
     }
     written = [directory / "overlay.yaml"]
     header = "# Written by `tiergate plan --write`: recommended `vllm serve` args per tier.\n"
@@ -392,7 +407,7 @@ def plan(
         raise _fail(str(exc)) from exc
 
     if write is not None:
-        for path in _write_overlay(write, tiers):
+        for path in _write_overlay(write, tiers, settings):
             typer.echo(f"wrote {path}", err=True)
     if json_out:
         out = {"hardware": settings.hardware.name, "model": settings.model.name, "tiers": tiers}

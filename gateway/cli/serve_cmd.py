@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Annotated, Any
@@ -121,6 +123,8 @@ def up(
                     settings.model,
                     [t.name for t in settings.tiers],
                     admin_token=admin_token,
+                    python=sys.executable,
+                    has_sdk=importlib.util.find_spec("openai") is not None,
                 )
             )
             freeze_startup_heap()

@@ -108,3 +108,13 @@ def test_a_plan_written_by_the_cli_is_taken_verbatim(tmp_path: Path) -> None:
     assert nvfp4.vllm_args == written["tiers"]["nvfp4"]["vllm_args"]
     assert "tiergate plan --write" in nvfp4.source
     assert plan.targets["b200"].tiers[0].source.startswith("planner at")
+
+
+def test_a_plan_written_for_another_gpu_is_refused(tmp_path: Path) -> None:
+    # The CLI's default hardware is b200; dropped into the h200 target, it would be wrong.
+    out = tmp_path / "plans" / "h200"
+    result = CliRunner().invoke(cli, ["plan", "--regime", "C=8,rho=0.9,r=0.9", "--write", str(out)])
+    assert result.exit_code == 0, result.output
+    assert yaml.safe_load((out / "overlay.yaml").read_text(encoding="utf-8"))["hardware"] == "b200"
+    with pytest.raises(ValueError, match=r"planned for b200.*--hardware h200"):
+        load_plan(plans_dir=tmp_path / "plans")

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import http.client
 import json
+import subprocess
+import sys
 import time
 
 import openai
 import pytest
 from openai import OpenAI
 
+from gateway.launcher import banner
 from tests.helpers import API_KEY, MODEL, GatewayThread, Ladder
 
 
@@ -178,3 +181,22 @@ def test_upstream_error_status_is_relayed_for_client_mistakes(client: OpenAI) ->
             model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=10_000_000
         )
     assert "max_tokens" in str(caught.value)
+
+
+def test_the_printed_sdk_example_runs_as_pasted(gw: GatewayThread) -> None:
+    # `tiergate up` prints this; a user pastes the heredoc into bash as it stands.
+    text = banner(gw.url, API_KEY, MODEL, ["nvfp4", "w4a16", "bf16"], python=sys.executable)
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"{sys.executable} - "))
+    end = lines.index("EOF", start)
+    pasted = "\n".join(lines[start : end + 1]) + "\n"
+    done = subprocess.run(
+        ["bash"], input=pasted, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert len(done.stdout.split()) >= 1
+
+
+def test_the_banner_says_how_to_get_the_sdk_when_it_is_missing() -> None:
+    text = banner("http://h:1", "k", "m", ["a", "b"], python="/x/python", has_sdk=False)
+    assert "/x/python -m pip install openai" in text

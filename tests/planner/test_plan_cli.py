@@ -171,15 +171,27 @@ def test_plan_from_gateway(admin_server: str) -> None:
                 "r": {"r_iid": 0.30, "r_engine": 0.05},
             },
             "idle": {"precision": "fp8", "concurrency": {"mean": None}, "rho": {}, "r": {}},
+            # Traffic, but no request sampled yet: rho and r are unknown, not zero.
+            "unsampled": {
+                "precision": "w4a16",
+                "concurrency": {"mean": 0.002},
+                "rho": {"unbounded": None, "lru": None, "engine": None, "sampled_tokens": 0},
+                "r": {"r_iid": None, "r_engine": None, "rounds": 0},
+            },
         }
     }
-    doc = _json(
+    result = runner.invoke(
+        app,
         ["plan", "--from-gateway", admin_server + "/", "--json"],
         env={"TIERGATE_ADMIN_TOKEN": "s3cret"},
     )
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
     assert _Admin.seen_auth[-1] == "Bearer s3cret"
     cheap, strong = doc["tiers"]["cheap"], doc["tiers"]["strong"]
     assert "idle" not in doc["tiers"]
+    assert "unsampled" not in doc["tiers"]
+    assert "tier unsampled: rho and r not measured yet" in result.stderr
     # Tier precision is fixed by the ladder; toggles are planned at that precision.
     assert (cheap["precision"], cheap["speculative"], cheap["prefix_caching"]) == (
         "nvfp4",
