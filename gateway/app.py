@@ -204,6 +204,12 @@ class Gateway:
                 Route("/ready", routes.ready, methods=["GET"]),
                 Route("/metrics", routes.metrics, methods=["GET"]),
                 Route("/openapi.json", routes.openapi, methods=["GET"]),
+                # POSTs to these never get here (`__call__` serves them); the routes exist so
+                # that another method gets 405 with `Allow: POST`, not 404.
+                *(
+                    Route(path, _HotRouteFallback(self), methods=["POST"])
+                    for path, _ in _GENERATION_ROUTES
+                ),
                 *admin.routes(),
             ],
             exception_handlers={HTTPException: _http_exception},
@@ -348,6 +354,17 @@ def _mtime(path: Path | None) -> float | None:
         return None
 
 
+class _HotRouteFallback:
+    """The generation handler for a POST that reached Starlette (an ASGI app, not a
+    request/response function, so Starlette passes the raw scope through)."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        await self.gateway.runtime.hot_routes[scope["path"]](scope, receive, send)
+
+
 async def _http_exception(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     error: InvalidRequestError
@@ -357,7 +374,10 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
         error = NotFoundError(f"No route for {request.url.path}.")
     else:
         error = InvalidRequestError(exc.detail)
-    return routes.error_response(error)
+    response = routes.error_response(error)
+    if exc.headers and "Allow" in exc.headers:
+        response.headers["Allow"] = exc.headers["Allow"]
+    return response
 
 
 def create_app_from_env() -> Gateway:

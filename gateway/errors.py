@@ -84,6 +84,13 @@ class PermissionDeniedError(TiergateError):
     default_code = "permission_denied"
 
 
+def _retry_after(seconds: float | None) -> list[tuple[bytes, bytes]]:
+    if seconds is None:
+        return []
+    # Retry-After takes whole seconds; round up so clients never retry too early.
+    return [(b"retry-after", str(max(1, int(-(-seconds // 1)))).encode())]
+
+
 class RateLimitError(TiergateError):
     status = 429
     type = "rate_limit_error"
@@ -101,9 +108,7 @@ class RateLimitError(TiergateError):
         self.retry_after_s = retry_after_s
 
     def headers(self) -> list[tuple[bytes, bytes]]:
-        # Retry-After takes whole seconds; round up so clients never retry too early.
-        seconds = max(1, int(-(-self.retry_after_s // 1)))
-        return [(b"retry-after", str(seconds).encode())]
+        return _retry_after(self.retry_after_s)
 
 
 class UpstreamError(TiergateError):
@@ -115,6 +120,13 @@ class UpstreamError(TiergateError):
 class ServiceUnavailableError(UpstreamError):
     status = 503
     default_code = "service_unavailable"
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        return _retry_after(self.retry_after_s)
 
 
 class UpstreamTimeoutError(UpstreamError):

@@ -7,6 +7,7 @@ import contextlib
 import gc
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -67,6 +68,19 @@ def local_sim_specs(settings: Settings, extra_args: Sequence[str] = ()) -> list[
                     )
                 )
     return specs
+
+
+def ports_in_use(host: str, ports: Sequence[int]) -> list[int]:
+    """The ports in `ports` that something already listens on (a bind fails), in order."""
+    busy = []
+    for port in ports:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((host, port))
+            except OSError:
+                busy.append(port)
+    return busy
 
 
 def wait_healthy(
@@ -255,6 +269,7 @@ __all__ = [
     "gateway_config",
     "gateway_server_options",
     "local_sim_specs",
+    "ports_in_use",
     "running_sims",
     "serve_workers",
     "stop_processes",

@@ -106,12 +106,15 @@ def parse_request(
     """
     limit = limits.max_body_bytes if max_body_bytes is None else max_body_bytes
     if len(body) > limit:
-        raise PayloadTooLargeError(f"Request body is {len(body)} bytes; the limit is {limit}.")
+        # Reading stops past the limit, so len(body) is a lower bound, not the body's size.
+        raise PayloadTooLargeError(f"Request body is larger than the limit of {limit} bytes.")
     if not body:
         raise InvalidRequestError("Request body is empty; expected a JSON object.")
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
+        if "UTF-8" in str(exc):  # orjson's wording ("str is not valid UTF-8: ...") misleads
+            raise InvalidRequestError("Request body is not valid UTF-8 text.") from None
         raise InvalidRequestError(f"Request body is not valid JSON: {exc}.") from None
     if not isinstance(data, dict):
         raise InvalidRequestError("Request body must be a JSON object.")

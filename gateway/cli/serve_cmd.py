@@ -50,6 +50,24 @@ def _settings(config: Path | None, port: int | None, sim_base_port: int = 9001):
     return settings
 
 
+def _refuse_busy_ports(host: str, port: int, sim_ports: list[int], config: Path | None) -> None:
+    """Fails before starting anything when a port is taken, naming the option that moves it."""
+    from gateway.launcher import ports_in_use
+
+    if ports_in_use(host, [port]):
+        typer.echo(f"tiergate: port {port} is in use; choose another with --port", err=True)
+        raise typer.Exit(2)
+    busy = ports_in_use(host, sim_ports)
+    if busy:
+        move = "--sim-base-port" if config is None else "the tier endpoints in the config"
+        typer.echo(
+            f"tiergate: port(s) {', '.join(map(str, busy))} for the simulated tiers are in use; "
+            f"choose others with {move}",
+            err=True,
+        )
+        raise typer.Exit(2)
+
+
 def up(
     *,
     port: Annotated[int, typer.Option(help="Gateway port.")] = 8000,
@@ -106,6 +124,7 @@ def up(
     exit_on_sigterm()
     specs = local_sim_specs(settings, ("--time-scale", str(sim_time_scale)))
     host = settings.server.host
+    _refuse_busy_ports(host, settings.server.port, [spec.port for spec in specs], config)
     try:
         with running_sims(specs):
             app = build_app(

@@ -52,13 +52,15 @@ class Exchange:
     def headers(self, content_type: bytes) -> list[tuple[bytes, bytes]]:
         overhead = time.perf_counter() - self.started - self.waited
         self.record.overhead_s = overhead
-        probability = self.decision.probability
-        return [
+        headers = [
             (b"content-type", content_type),
             (b"x-tiergate-tier", self.tier_name.encode()),
-            (b"x-tiergate-p", b"" if probability is None else f"{probability:.4f}".encode()),
-            (b"x-tiergate-overhead-ms", f"{overhead * 1000:.3f}".encode()),
+            (b"x-tiergate-overhead-ms", b"%.3f" % (overhead * 1000)),
         ]
+        probability = self.decision.probability
+        if probability is not None:  # None: the request pinned its tier, nothing was decided
+            headers.append((b"x-tiergate-p", b"%.4f" % probability))
+        return headers
 
 
 async def relay_body(exchange: Exchange, response: UpstreamResponse) -> None:

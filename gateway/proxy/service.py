@@ -108,7 +108,8 @@ class ProxyService:
         if tier is None:
             raise NotFoundError(
                 f"Unknown tier '{pin}'; tiers are {[t.name for t in self.tiers]}.",
-                param="model",
+                # A header pin is not a body parameter.
+                param="model" if suffix_pin else None,
                 code="tier_not_found",
             )
         if not tenant.allow_pinning:
@@ -231,7 +232,8 @@ class ProxyService:
             )
         if failures.last is None:
             raise ServiceUnavailableError(
-                "No healthy endpoint is available for this request; try again shortly."
+                "No healthy endpoint is available for this request; try again shortly.",
+                retry_after_s=self.resilience.retry_after_s,
             )
         raise failures.last
 

@@ -128,3 +128,31 @@ def test_unknown_route_and_method(gw: GatewayThread) -> None:
         urllib.request.urlopen(request, timeout=10)
     assert caught.value.code == 405
     assert set(json.loads(caught.value.read())["error"]) == {"message", "type", "param", "code"}
+
+
+def test_wrong_method_on_a_generation_path_is_405_with_allow(gw: GatewayThread) -> None:
+    reply = send("GET", f"{gw.url}/v1/chat/completions", None, key=API_KEY, timeout=10)
+    assert_openai_error(reply.status, reply.json(), 405)
+    assert reply.headers["allow"] == "POST"
+
+
+def test_oversized_body_message_states_the_limit_not_a_size(ladder: Ladder) -> None:
+    settings = ladder.settings(limits={"max_body_bytes": 4096})
+    with GatewayThread(settings) as gw:
+        body = json.dumps({**CHAT, "messages": [{"role": "user", "content": "x" * 10**6}]})
+        status, response = post(gw, body.encode())
+        error = assert_openai_error(status, response, 413)
+        assert error["message"] == "Request body is larger than the limit of 4096 bytes."
+
+
+def test_non_utf8_body_is_named_as_such(gw: GatewayThread) -> None:
+    status, response = post(gw, b'{"model": "\xff\xfe"}')
+    error = assert_openai_error(status, response, 400)
+    assert error["message"] == "Request body is not valid UTF-8 text."
+
+
+def test_a_header_pin_error_names_no_body_parameter(gw: GatewayThread) -> None:
+    headers = {"authorization": f"Bearer {API_KEY}", "x-tiergate-tier": "int2"}
+    status, response = post(gw, json.dumps(CHAT).encode(), headers)
+    error = assert_openai_error(status, response, 404)
+    assert error["code"] == "tier_not_found" and error["param"] is None

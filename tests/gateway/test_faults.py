@@ -278,3 +278,23 @@ def test_health_checks_take_endpoints_out_and_back(fault_ladder: Ladder) -> None
         assert wait_for(1.0) == 1.0
         status, headers, _ = chat(gw)
         assert status == 200 and headers["x-tiergate-tier"] == "nvfp4"
+
+
+def test_no_healthy_endpoint_is_503_with_retry_after() -> None:
+    # Every tier points at a closed port: the start-up health check takes them all out.
+    from gateway.config import parse_settings
+
+    data = {
+        "model": MODEL,
+        "tiers": [
+            {"name": p, "precision": p, "endpoints": [f"http://127.0.0.1:{free_port()}/v1"]}
+            for p in ("nvfp4", "bf16")
+        ],
+        "tenants": [{"name": "default", "api_keys": [API_KEY]}],
+        "resilience": {"health_interval_s": 60, "retry_after_s": 3},
+    }
+    with GatewayThread(parse_settings(data)) as gw:
+        status, headers, body = chat(gw)
+    assert status == 503, body
+    assert headers["retry-after"] == "3"
+    assert json.loads(body)["error"]["code"] == "service_unavailable"

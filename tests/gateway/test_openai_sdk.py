@@ -136,6 +136,7 @@ def test_pinning(client: OpenAI, ladder: Ladder, how: str) -> None:
         **kwargs,  # type: ignore[arg-type]
     )
     assert raw.headers["x-tiergate-tier"] == "w4a16"
+    assert "x-tiergate-p" not in raw.headers  # pinned: the router decided nothing
     assert raw.parse().model == MODEL
     assert w4a16.stats()["requests"] == before + 1
 

@@ -97,3 +97,24 @@ def test_up_serves_routes_and_labels(tmp_path: Path) -> None:
     for offset in range(3):
         with pytest.raises(OSError):
             send("GET", f"http://127.0.0.1:{base + offset}/health", key=None, timeout=1)
+
+
+@pytest.mark.parametrize("taken", ["gateway", "sim"])
+def test_up_names_the_option_when_a_port_is_taken(taken: str) -> None:
+    import socket
+
+    port, base = free_port(), free_port_block(3)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", port if taken == "gateway" else base + 1))
+        holder.listen()
+        argv = ["up", "--port", str(port), "--sim-base-port", str(base)]
+        done = subprocess.run(
+            [sys.executable, "-m", "gateway.cli.main", *argv],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert done.returncode == 2
+    option = "--port" if taken == "gateway" else "--sim-base-port"
+    assert option in done.stderr and "in use" in done.stderr
