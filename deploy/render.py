@@ -14,6 +14,8 @@ import argparse
 import sys
 from pathlib import Path
 
+import yaml
+
 DEPLOY = Path(__file__).resolve().parent
 REPO = DEPLOY.parent
 
@@ -85,7 +87,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="compare, write nothing")
     args = parser.parse_args(argv)
-    rendered = render_all()
+    try:
+        rendered = render_all()
+    except (ValueError, KeyError, OSError, yaml.YAMLError) as exc:
+        # A bad plan or overlay is the operator's input: one line, not a traceback.
+        print(f"deploy.render: error: {exc}", file=sys.stderr)
+        return 2
     stale = stale_files(rendered)
     if args.check:
         for path in stale:

@@ -84,6 +84,9 @@ def load_labels(paths: Sequence[str | Path], tiers: Sequence[str] | None = None)
     if not paths:
         raise ValueError("no label files given")
     ladder: tuple[str, ...] | None = tuple(tiers) if tiers is not None else None
+    # Read from the first row, the ladder must then be every row's: a tier that only later
+    # rows add would otherwise be dropped without a word.
+    inferred_at: tuple[str, int] | None = None
     requests: list[Mapping[str, Any]] = []
     ids: list[str] = []
     scores: list[list[float]] = []
@@ -96,6 +99,9 @@ def load_labels(paths: Sequence[str | Path], tiers: Sequence[str] | None = None)
         for line_no, row in _rows(Path(path)):
             if ladder is None:
                 ladder = _ladder_from_row(name, line_no, row)
+                inferred_at = (name, line_no)
+            if inferred_at is not None:
+                _check_same_ladder(name, line_no, row, ladder, inferred_at)
             if _features_only(row):
                 skipped += 1
                 continue
@@ -124,6 +130,8 @@ def _features_only(row: Mapping[str, Any]) -> bool:
 
 def _rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     name = str(path)
+    if path.is_dir():
+        raise LabelDataError(name, "is a directory, not a label file")
     if not path.is_file():
         raise LabelDataError(name, "no such file")
     opener = gzip.open if path.name.endswith(".gz") else open
@@ -149,6 +157,27 @@ def _ladder_from_row(name: str, line_no: int, row: Mapping[str, Any]) -> tuple[s
     if not isinstance(correct, dict) or len(correct) < 2:
         raise LabelDataError(name, "'correct' must map at least two tiers to scores", line_no)
     return tuple(str(t) for t in correct)
+
+
+def _check_same_ladder(
+    name: str,
+    line_no: int,
+    row: Mapping[str, Any],
+    ladder: Sequence[str],
+    inferred_at: tuple[str, int],
+) -> None:
+    correct = row.get("correct")
+    if not isinstance(correct, dict):
+        return  # _parse_row names this
+    extra = [str(t) for t in correct if t not in ladder]
+    if extra:
+        where = f"{Path(inferred_at[0]).name}:{inferred_at[1]}"
+        raise LabelDataError(
+            name,
+            f"tier(s) {', '.join(extra)} are not in the ladder read from {where} "
+            f"({', '.join(ladder)}); pass --tiers to choose the ladder",
+            line_no,
+        )
 
 
 def _parse_row(

@@ -128,6 +128,14 @@ def load_plan(plan_file: Path = PLAN_FILE, plans_dir: Path = PLANS_DIR) -> Deplo
             {"hardware": raw_target["hardware"], "model": doc["model"]}
         )
         overlay = _overlay(name, str(raw_target["hardware"]), plans_dir)
+        ladder = [str(raw["name"]) for raw in doc["tiers"]]
+        unknown = [tier for tier in overlay if tier not in ladder]
+        if unknown:
+            raise ValueError(
+                f"deploy/plans/{name}/overlay.yaml plans tier(s) {', '.join(unknown)}, which "
+                f"the ladder ({', '.join(ladder)}) does not have; `tiergate plan --regime` "
+                "names its one tier 'default': rename it, or plan with --from-gateway"
+            )
         tiers = [
             _tier(raw, public_model, settings, overlay, f"deploy/plans/{name}/overlay.yaml")
             for raw in doc["tiers"]

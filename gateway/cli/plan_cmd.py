@@ -220,6 +220,15 @@ def _trace_regime(
         raise ValueError(f"{trace} has no timing ({doc['format']}); pass --concurrency")
     rho = doc["rho"].get("lru")
     r = (doc.get("r") or {}).get("r_iid")
+    unknown = [name for name, value in (("rho", rho), ("r", r)) if value is None]
+    if unknown:
+        # A length-only trace cannot show prefix sharing or repetition: say what 0 means here.
+        typer.echo(
+            f"note: {trace.name} cannot measure {' or '.join(unknown)} ({doc['format']} "
+            f"trace); planned as 0, so prefix caching or speculation is not recommended on "
+            "this evidence. Give --regime with measured values to plan them.",
+            err=True,
+        )
     source = (
         f"trace {trace.name} ({doc['format']}): C mean {c:.2f}, "
         f"rho {'n/a: 0' if rho is None else f'lru {rho:.3f} at {biggest} capacity'}, "

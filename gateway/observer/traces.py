@@ -102,7 +102,9 @@ def parse_mooncake(lines: Iterable[str]) -> list[MooncakeRequest]:
                     hash_ids=tuple(int(h) for h in row.get("hash_ids", ())),
                 )
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except KeyError as exc:
+            raise ValueError(f"mooncake line {number}: missing field {exc}") from exc
+        except (TypeError, ValueError) as exc:
             raise ValueError(f"mooncake line {number}: {exc}") from exc
     out.sort(key=lambda r: r.arrival_s)
     return out
@@ -186,14 +188,21 @@ def detect_format(path: Path, head: str) -> TraceFormat:
 
 
 def read_trace(path: Path, fmt: TraceFormat | None = None) -> Trace:
-    """Reads and parses one trace file."""
+    """Reads and parses one trace file; a malformed or empty one raises ValueError naming it."""
     text = path.read_text(encoding="utf-8")
     kind = fmt or detect_format(path, text[:4096])
-    if kind == "mooncake":
-        return Trace("mooncake", requests=tuple(parse_mooncake(text.splitlines())))
-    if kind == "azure":
-        return Trace("azure", requests=tuple(parse_azure_csv(text.splitlines())))
-    return Trace("chat", conversations=tuple(parse_chat(text)))
+    try:
+        if kind == "mooncake":
+            trace = Trace("mooncake", requests=tuple(parse_mooncake(text.splitlines())))
+        elif kind == "azure":
+            trace = Trace("azure", requests=tuple(parse_azure_csv(text.splitlines())))
+        else:
+            trace = Trace("chat", conversations=tuple(parse_chat(text)))
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from exc
+    if not trace.requests and not trace.conversations:
+        raise ValueError(f"{path}: no requests in this {kind} trace")
+    return trace
 
 
 _WORD: Final = re.compile(r"\w+|[^\w\s]")

@@ -118,3 +118,30 @@ def test_a_plan_written_for_another_gpu_is_refused(tmp_path: Path) -> None:
     assert yaml.safe_load((out / "overlay.yaml").read_text(encoding="utf-8"))["hardware"] == "b200"
     with pytest.raises(ValueError, match=r"planned for b200.*--hardware h200"):
         load_plan(plans_dir=tmp_path / "plans")
+
+
+def test_an_overlay_for_a_tier_the_ladder_lacks_is_refused(tmp_path: Path) -> None:
+    # `plan --regime --write` names its one tier "default": dropped in as is, it would be
+    # ignored without a word.
+    out = tmp_path / "plans" / "h200"
+    result = CliRunner().invoke(
+        cli, ["plan", "--regime", "C=8,rho=0.9,r=0.9", "--hardware", "h200", "--write", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    with pytest.raises(ValueError, match=r"plans tier\(s\) default, which the ladder"):
+        load_plan(plans_dir=tmp_path / "plans")
+
+
+def test_render_reports_a_bad_plan_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from deploy import render
+
+    def broken() -> dict[Path, str]:
+        raise ValueError("deploy/plans/h200/overlay.yaml was planned for b200")
+
+    monkeypatch.setattr(render, "render_all", broken)
+    assert render.main(["--check"]) == 2
+    assert capsys.readouterr().err == (
+        "deploy.render: error: deploy/plans/h200/overlay.yaml was planned for b200\n"
+    )

@@ -49,7 +49,7 @@ def test_parsers() -> None:
         ]
     )
     assert azure[0].input_length == 4808 and azure[1].arrival_s == pytest.approx(0.052)
-    with pytest.raises(ValueError, match="mooncake line 1"):
+    with pytest.raises(ValueError, match="mooncake line 1: missing field 'input_length'"):
         parse_mooncake(['{"timestamp": 1}'])
     sharegpt = parse_chat(
         '[{"id": "a", "conversations": [{"from": "human", "value": "hi"},'
@@ -154,3 +154,14 @@ def test_regime_cli_table_and_errors(shared_data: Path, tmp_path: Path) -> None:
     result = runner.invoke(app, ["regime", "--trace", str(bad)])
     assert result.exit_code == 2 and "--format" in result.output
     assert read_trace(path).format == "azure"
+
+
+def test_a_malformed_or_empty_trace_names_the_file(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"timestamp": 0, "input_length": 3, "output_length": 1}\n{"timestamp": 1}\n')
+    with pytest.raises(ValueError, match=r"broken.jsonl: mooncake line 2: missing field"):
+        read_trace(broken, "mooncake")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    with pytest.raises(ValueError, match=r"empty.jsonl: no requests in this mooncake trace"):
+        read_trace(empty, "mooncake")

@@ -71,11 +71,27 @@ def test_wrong_tier_names(tmp_path: Path) -> None:
         load_labels([path], ["x", "fp16"])
 
 
+def test_a_ladder_read_from_the_first_row_holds_for_every_row(tmp_path: Path) -> None:
+    # Without --tiers the first row sets the ladder; a tier only a later row has is not
+    # dropped silently (with --tiers, choosing a subset is the point).
+    wider = {**GOOD, "correct": {"x": 1, "z": 0, "y": 1}}
+    path = write(tmp_path / "a.jsonl", [json.dumps(GOOD), json.dumps(wider)])
+    with pytest.raises(LabelDataError) as info:
+        load_labels([path])
+    assert str(info.value) == (
+        f"{path}:2: tier(s) z are not in the ladder read from a.jsonl:1 (x, y); "
+        "pass --tiers to choose the ladder"
+    )
+    assert load_labels([path], ["x", "y"]).tiers == ("x", "y")
+
+
 def test_empty_missing_and_corrupt_files(tmp_path: Path) -> None:
     with pytest.raises(LabelDataError, match="empty file"):
         load_labels([write(tmp_path / "e.jsonl", [""])], ["x", "y"])
     with pytest.raises(LabelDataError, match="no such file"):
         load_labels([tmp_path / "none.jsonl"], ["x", "y"])
+    with pytest.raises(LabelDataError, match="is a directory"):
+        load_labels([tmp_path], ["x", "y"])
     bad = tmp_path / "c.jsonl.gz"
     bad.write_bytes(b"not gzip at all")
     with pytest.raises(LabelDataError, match="cannot read"):
