@@ -52,12 +52,16 @@ from gateway.stats import EndpointSample, Ladder, TierSample
 from gateway.tenants.admission import Admission
 from gateway.tenants.registry import TenantRegistry
 from router_models import router_build
+from router_models.errors import RouterError
 
 log = logging.getLogger("tiergate")
 
 PolicyFactory = Callable[[Settings], RoutingPolicy]
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 CONFIG_ENV = "TIERGATE_CONFIG"
+# What an invalid configuration can raise while a runtime is built from it: the settings
+# themselves, the tenants' keys, the router model directory, files that cannot be read.
+RELOAD_ERRORS: tuple[type[Exception], ...] = (ConfigError, ValueError, OSError, RouterError)
 _GENERATION_ROUTES: tuple[tuple[str, EndpointKind], ...] = (
     ("/v1/chat/completions", "chat"),
     ("/v1/completions", "completions"),
@@ -238,13 +242,16 @@ class Gateway:
             len(settings.tenants),
         )
 
-    def try_reload(self) -> bool:
+    def try_reload(self) -> str | None:
+        """Reloads from the config file; on an invalid configuration logs why and returns it,
+        keeping the running one. Every trigger (file watch, SIGHUP, the admin call) goes
+        through here, so none can die on a bad file or miss the log line."""
         try:
             self.reload()
-        except (ConfigError, ValueError) as exc:
+        except RELOAD_ERRORS as exc:
             log.error("configuration reload refused, the running one stays: %s", exc)
-            return False
-        return True
+            return str(exc)
+        return None
 
     async def _watch_config(self) -> None:
         while True:
@@ -378,6 +385,16 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
     if exc.headers and "Allow" in exc.headers:
         response.headers["Allow"] = exc.headers["Allow"]
     return response
+
+
+def check_settings(
+    settings: Settings, policy_factory: PolicyFactory, environ: Mapping[str, str] | None = None
+) -> None:
+    """Raises one of RELOAD_ERRORS for what pydantic cannot see in a configuration: keys shared
+    between tenants, a router model that does not load. `serve --workers` runs it before
+    starting any worker, so a bad file fails once instead of crash-looping every worker."""
+    TenantRegistry(settings, dict(os.environ) if environ is None else environ)
+    policy_factory(settings)
 
 
 def create_app_from_env() -> Gateway:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -210,11 +211,17 @@ def serve_workers(config_path: Path, host: str, port: int, workers: int) -> None
         target.mkdir(parents=True, exist_ok=True)
         for stale in target.glob("*.db"):
             stale.unlink()
-    else:
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="tiergate-metrics-")
+    created = None
+    if not directory:
+        created = tempfile.mkdtemp(prefix="tiergate-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = created
     from gateway.workers import WorkerSupervisor
 
-    WorkerSupervisor(host, port, workers).run()
+    try:
+        WorkerSupervisor(host, port, workers).run()
+    finally:
+        if created is not None:  # ours alone: nothing reads it once the workers are gone
+            shutil.rmtree(created, ignore_errors=True)
 
 
 def banner(

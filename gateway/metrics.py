@@ -328,7 +328,10 @@ class GatewayMetrics:
             if agg.probability.count:
                 agg.probability.flush_into(self._child(self.probability, decided))
             if served is not None and served != decided_at:
-                first = attempts[0].outcome if attempts else "unknown"
+                # Why the decided tier did not serve: its first attempt's outcome, or
+                # "unavailable" when none of its endpoints could be tried (health-checked
+                # out, circuit open, saturated).
+                first = next((a.outcome for a in attempts if a.tier == decided_at), "unavailable")
                 add(self.escalations, (tenant, decided, tier, first), n)
         if served is None:
             return

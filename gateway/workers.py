@@ -10,11 +10,13 @@ The supervisor restarts a worker that dies and drains them all on SIGTERM or Ctr
 from __future__ import annotations
 
 import contextlib
+import errno
 import multiprocessing
 import os
 import signal
 import socket
 import time
+from collections.abc import Callable
 from multiprocessing.context import SpawnProcess
 from types import FrameType
 
@@ -22,6 +24,10 @@ import uvicorn
 
 RESTART_BACKOFF_S = 1.0
 STOP_GRACE_S = 35.0  # uvicorn's graceful shutdown (30 s) plus a margin
+# A worker that dies this soon after its start failed to start; this many such failures in a
+# row stop the supervisor instead of restarting forever.
+FAILED_START_S = 10.0
+MAX_FAILED_STARTS = 5
 
 
 def reuseport_socket(host: str, port: int) -> socket.socket:
@@ -31,6 +37,17 @@ def reuseport_socket(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
     return sock
+
+
+def _accepting(host: str, port: int) -> bool:
+    """Whether something accepts connections on (host, port); a wildcard host is probed on
+    the loopback address."""
+    target = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    try:
+        with socket.create_connection((target, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
 
 
 def _worker_main(host: str, port: int) -> None:
@@ -46,38 +63,69 @@ def _worker_main(host: str, port: int) -> None:
 class WorkerSupervisor:
     """Starts `count` workers, restarts the ones that die, stops them all on a signal."""
 
-    def __init__(self, host: str, port: int, count: int) -> None:
+    def __init__(
+        self, host: str, port: int, count: int, target: Callable[[str, int], None] | None = None
+    ) -> None:
         self.host = host
         self.count = count
+        self.target = target or _worker_main  # what a worker runs: (host, port)
+        # SO_REUSEPORT lets a second supervisor bind the same port and split the traffic
+        # with this one's workers: refuse when something already answers there.
+        if port and _accepting(host, port):
+            raise OSError(errno.EADDRINUSE, f"something already listens on {host}:{port}")
         # Binding here (without listening) reserves the port, resolves port 0 and fails
         # early with a clear error when the address is taken; it never receives traffic.
         self._reservation = reuseport_socket(host, port)
         self.port = int(self._reservation.getsockname()[1])
         self._context = multiprocessing.get_context("spawn")
         self._workers: list[SpawnProcess] = []
+        self._started: dict[int | None, float] = {}
         self._stopping = False
 
     def _spawn(self) -> SpawnProcess:
         process = self._context.Process(
-            target=_worker_main, args=(self.host, self.port), name="tiergate-worker"
+            target=self.target, args=(self.host, self.port), name="tiergate-worker"
         )
         process.start()
+        self._started[process.pid] = time.monotonic()
         return process
 
     def _request_stop(self, signum: int, frame: FrameType | None) -> None:
         self._stopping = True
 
+    def _forward_reload(self, signum: int, frame: FrameType | None) -> None:
+        # SIGHUP means "reload" to a single gateway; here every worker reloads itself.
+        for process in self._workers:
+            if process.is_alive() and process.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(process.pid, signal.SIGHUP)
+
     def run(self) -> None:
-        previous = {
-            sig: signal.signal(sig, self._request_stop) for sig in (signal.SIGTERM, signal.SIGINT)
+        """Supervises until SIGTERM or Ctrl-C; raises RuntimeError when workers keep dying at
+        start-up (after stopping the others)."""
+        handlers = {
+            signal.SIGTERM: self._request_stop,
+            signal.SIGINT: self._request_stop,
+            signal.SIGHUP: self._forward_reload,
         }
+        previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
+        failed_starts = 0
         try:
             self._workers = [self._spawn() for _ in range(self.count)]
             while not self._stopping:
                 for index, process in enumerate(self._workers):
-                    if not process.is_alive() and not self._stopping:
-                        time.sleep(RESTART_BACKOFF_S)
-                        self._workers[index] = self._spawn()
+                    if process.is_alive() or self._stopping:
+                        continue
+                    lived = time.monotonic() - self._started.pop(process.pid or 0, 0.0)
+                    failed_starts = failed_starts + 1 if lived < FAILED_START_S else 0
+                    if failed_starts >= MAX_FAILED_STARTS:
+                        raise RuntimeError(
+                            f"{failed_starts} workers in a row exited within "
+                            f"{FAILED_START_S:.0f} s of starting (last exit code "
+                            f"{process.exitcode}); stopping. Their error is in the log above."
+                        )
+                    time.sleep(RESTART_BACKOFF_S)
+                    self._workers[index] = self._spawn()
                 time.sleep(0.2)
         finally:
             self.stop()

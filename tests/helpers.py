@@ -324,11 +324,16 @@ class GatewayProcess:
     """`tiergate serve` as a child process, configured from a YAML file (reload tests)."""
 
     def __init__(
-        self, config_path: Path, port: int | None = None, env: dict[str, str] | None = None
+        self,
+        config_path: Path,
+        port: int | None = None,
+        env: dict[str, str] | None = None,
+        log_path: Path | None = None,
     ) -> None:
         self.config_path = config_path
         self.port = port or free_port()
         self.env = {**os.environ, **(env or {})}
+        self.log_path = log_path  # stdout and stderr go here when given
         self.process: subprocess.Popen[bytes] | None = None
         self.argv_extra: list[str] = []
 
@@ -348,7 +353,18 @@ class GatewayProcess:
             str(self.port),
             *self.argv_extra,
         ]
-        self.process = subprocess.Popen(argv, env=self.env, start_new_session=True)
+        output = None if self.log_path is None else self.log_path.open("ab")
+        try:
+            self.process = subprocess.Popen(
+                argv,
+                env=self.env,
+                start_new_session=True,
+                stdout=output,
+                stderr=None if output is None else subprocess.STDOUT,
+            )
+        finally:
+            if output is not None:
+                output.close()  # the child holds its own descriptor
         wait_healthy(f"{self.url}/health", 30, self.process)
         return self
 

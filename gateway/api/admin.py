@@ -17,7 +17,6 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gateway.api.routes import error_response
-from gateway.config import ConfigError
 from gateway.errors import AuthenticationError, InvalidRequestError, PermissionDeniedError
 
 if TYPE_CHECKING:
@@ -108,11 +107,13 @@ def routing_view(policy: object, tenant: str, names: list[str]) -> dict[str, Any
 
 
 async def reload(request: Request, gateway: Gateway) -> Any:
-    try:
-        gateway.reload()
-    except (ConfigError, ValueError) as exc:
+    if gateway.config_path is None:
+        message = "this gateway was not started from a config file"
+        return error_response(InvalidRequestError(f"Reload refused: {message}"))
+    refused = gateway.try_reload()
+    if refused is not None:
         return error_response(
-            InvalidRequestError(f"Reload refused, the running config stays: {exc}")
+            InvalidRequestError(f"Reload refused, the running config stays: {refused}")
         )
     return {"reloaded": True, "reloads": gateway.reloads}
 

@@ -92,7 +92,7 @@ def up(
     """Start three simulated vLLM tiers and the gateway in one command (the embedded default)."""
     import secrets
 
-    from gateway.app import build_app
+    from gateway.app import RELOAD_ERRORS, build_app
     from gateway.launcher import (
         banner,
         exit_on_sigterm,
@@ -127,12 +127,16 @@ def up(
     _refuse_busy_ports(host, settings.server.port, [spec.port for spec in specs], config)
     try:
         with running_sims(specs):
-            app = build_app(
-                settings,
-                policy_factory=build_policy,
-                config_path=_config_path(config),
-                watch_config=True,
-            )
+            try:
+                app = build_app(
+                    settings,
+                    policy_factory=build_policy,
+                    config_path=_config_path(config),
+                    watch_config=True,
+                )
+            except RELOAD_ERRORS as exc:
+                typer.echo(f"tiergate: {exc}", err=True)
+                raise typer.Exit(2) from None
             keys = [k.get_secret_value() for t in settings.tenants for k in t.api_keys]
             key = next((k for k in keys if not k.startswith("sha256:")), "<your key>")
             typer.echo(
@@ -163,7 +167,7 @@ def serve(
     ] = None,
 ) -> None:
     """Run the gateway alone, in front of the tiers named in the configuration."""
-    from gateway.app import build_app
+    from gateway.app import RELOAD_ERRORS, build_app, check_settings
     from gateway.launcher import exit_on_sigterm, freeze_startup_heap, serve_workers
     from gateway.routing.factory import build_policy
 
@@ -175,15 +179,25 @@ def serve(
             typer.echo("tiergate: --workers needs a --config file (each worker reads it)", err=True)
             raise typer.Exit(2)
         try:
+            check_settings(settings, build_policy)
+        except RELOAD_ERRORS as exc:
+            typer.echo(f"tiergate: {exc}", err=True)
+            raise typer.Exit(2) from None
+        try:
             serve_workers(path, host or settings.server.host, settings.server.port, count)
         except OSError as error:  # the address is taken or not ours to bind
             typer.echo(f"tiergate: cannot listen: {error}", err=True)
             raise typer.Exit(1) from error
+        except RuntimeError as error:  # workers that cannot start
+            typer.echo(f"tiergate: {error}", err=True)
+            raise typer.Exit(1) from error
         return
     exit_on_sigterm()
-    app = build_app(
-        settings, policy_factory=build_policy, config_path=_config_path(config), watch_config=True
-    )
+    try:
+        app = build_app(settings, policy_factory=build_policy, config_path=path, watch_config=True)
+    except RELOAD_ERRORS as exc:
+        typer.echo(f"tiergate: {exc}", err=True)
+        raise typer.Exit(2) from None
     freeze_startup_heap()
     run_event_loop(_serve(app, host or settings.server.host, settings.server.port))
 

@@ -272,6 +272,14 @@ def test_health_checks_take_endpoints_out_and_back(fault_ladder: Ladder) -> None
         status, headers, _ = chat(gw)  # not even attempted: the health check took it out
         assert status == 200 and headers["x-tiergate-tier"] == "w4a16"
         assert attempts(gw, "nvfp4", "connect_error") == 0
+        escalation = {"tenant": "default", "from_tier": "nvfp4", "to_tier": "w4a16"}
+        assert (
+            gw.settled_metric(
+                "tiergate_escalations_total", {**escalation, "reason": "unavailable"}, 1
+            )
+            == 1
+        )
+        assert gw.metric("tiergate_escalations_total", {**escalation, "reason": "ok"}) == 0
         with urllib.request.urlopen(f"{gw.url}/ready", timeout=5) as response:
             assert json.loads(response.read())["tiers"]["nvfp4"] is False
         nvfp4.start()

@@ -69,6 +69,36 @@ def test_reload_by_admin_sighup_and_file_watch(ladder: Ladder, tmp_path: Path) -
         assert chat(gw.url, "sk-watched") == 200
 
 
+def test_a_reload_that_cannot_load_the_router_is_refused_by_every_trigger(
+    ladder: Ladder, tmp_path: Path
+) -> None:
+    import yaml
+
+    path = config(ladder, tmp_path / "tiergate.yaml", [API_KEY])
+    log = tmp_path / "gateway.log"
+    with GatewayProcess(path, log_path=log) as gw:
+        broken = yaml.safe_load(path.read_text())
+        broken["router"] = {"model_dir": str(tmp_path / "no-such-model")}
+        time.sleep(1.1)  # a distinct mtime, so the file watch sees this write too
+        path.write_text(yaml.safe_dump(broken))
+        status, body = post(f"{gw.url}/admin/reload", {}, ADMIN)
+        assert status == 400 and b"no-such-model" in body
+        assert gw.process is not None
+        gw.process.send_signal(signal.SIGHUP)
+        assert chat(gw.url) == 200
+        # The file watch refused it too and lives on: the next valid edit arrives by itself.
+        time.sleep(1.5)
+        config(ladder, path, ["sk-after"])
+        deadline = time.monotonic() + 10
+        while chat(gw.url, "sk-after") != 200 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert chat(gw.url, "sk-after") == 200
+    text = log.read_text()
+    # admin call, SIGHUP and file watch: one log line each, no traceback
+    assert text.count("configuration reload refused") >= 3, text
+    assert "Traceback" not in text
+
+
 def test_reload_under_load_loses_nothing(ladder: Ladder, tmp_path: Path) -> None:
     path = config(ladder, tmp_path / "tiergate.yaml", [API_KEY])
     with GatewayProcess(path) as gw:

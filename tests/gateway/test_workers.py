@@ -7,6 +7,8 @@ import json
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -14,9 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import API_KEY, MODEL, GatewayProcess, Ladder, write_settings
+from gateway.workers import WorkerSupervisor
+from tests.helpers import API_KEY, MODEL, GatewayProcess, Ladder, send, write_settings
 
 REQUESTS = 400
+SERVE = [sys.executable, "-m", "gateway.cli.main", "serve"]
 
 
 def scrape(url: str) -> str:
@@ -120,3 +124,83 @@ def test_a_killed_worker_is_replaced_and_the_port_keeps_answering(
         for _ in range(20):
             with urllib.request.urlopen(f"{gw.url}/ready", timeout=10) as response:
                 assert response.status == 200
+
+
+def _exit_at_once(host: str, port: int) -> None:
+    """A worker that fails at start-up (spawned: it must be importable by name)."""
+    raise SystemExit(3)
+
+
+@pytest.mark.slow
+def test_workers_that_keep_failing_at_start_stop_the_supervisor() -> None:
+    supervisor = WorkerSupervisor("127.0.0.1", 0, 2, target=_exit_at_once)
+    with pytest.raises(RuntimeError, match=r"5 workers in a row exited .* exit code 3"):
+        supervisor.run()
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_config_pydantic_accepts_but_cannot_serve_fails_in_one_line(
+    ladder: Ladder, tmp_path: Path, workers: str
+) -> None:
+    data = ladder.settings().model_dump(mode="json")
+    data["tenants"] = [
+        {"name": "a", "api_keys": ["sk-same"]},
+        {"name": "b", "api_keys": ["sk-same"]},
+    ]
+    path = tmp_path / "tiergate.yaml"
+    import yaml
+
+    path.write_text(yaml.safe_dump(data))
+    done = subprocess.run(
+        [*SERVE, "--config", str(path), "--workers", workers, "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr == "tiergate: an API key is configured for both 'a' and 'b'\n"
+
+
+@pytest.mark.slow
+def test_sighup_reloads_every_worker_and_a_second_supervisor_is_refused(
+    ladder: Ladder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write_settings(tmp_path / "tiergate.yaml", ladder.settings())
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    env = {"TMPDIR": str(scratch)}  # the supervisor's own metrics folder goes here
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    process = GatewayProcess(path, env=env)
+    process.argv_extra = ["--workers", "2"]
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    with process as gw:
+        deadline = time.monotonic() + 60
+        while listening_sockets(gw.port) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        # Another supervisor on the same port would split the traffic: it is refused.
+        second = subprocess.run(
+            [*SERVE, "--config", str(path), "--workers", "2", "--port", str(gw.port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert second.returncode == 1 and "already listens" in second.stderr
+        data = ladder.settings().model_dump(mode="json")
+        data["tenants"] = [{"name": "default", "api_keys": ["sk-hup"]}]
+        import yaml
+
+        path.write_text(yaml.safe_dump(data))
+        assert gw.process is not None
+        gw.process.send_signal(signal.SIGHUP)
+        # Every worker reloads: fresh connections (spread over both) all accept the new key.
+        deadline = time.monotonic() + 15
+        ok = 0
+        while ok < 20 and time.monotonic() < deadline:
+            reply = send("POST", f"{gw.url}/v1/chat/completions", chat, key="sk-hup")
+            ok = ok + 1 if reply.status == 200 else 0
+            time.sleep(0.05)
+        assert ok == 20
+        assert gw.process.poll() is None  # the supervisor lives on
+    assert not list(scratch.glob("tiergate-metrics-*"))  # its folder went with it
