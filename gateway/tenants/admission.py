@@ -2,8 +2,8 @@
 
 Limits live in this replica's memory, or in Redis when `shared_limits.redis_url` is set (so
 several replicas enforce one budget per tenant). Limiters outlive configuration reloads (a
-reload must not hand every tenant a fresh burst): `configure` keeps a tenant's limiter
-while its limits are unchanged.
+reload must not hand every tenant a fresh burst): `configure` keeps a tenant's limiter, and
+when its limits change it keeps the requests in flight and the bucket levels.
 """
 
 from __future__ import annotations
@@ -68,9 +68,14 @@ class Admission:
             elif limits == TenantLimits():
                 limiters[name] = None  # unlimited: admission costs nothing
             elif self.redis is not None:
+                # The counts live in Redis under the tenant's name: new limits read them.
                 limiters[name] = SharedLimiter(
                     self.redis, name, limits, prefix=self.prefix, max_request_s=self.max_request_s
                 )
+            elif isinstance(kept, TenantLimiter):
+                # In place: tickets in flight release into this same limiter.
+                kept.reconfigure(limits)
+                limiters[name] = kept
             else:
                 limiters[name] = TenantLimiter(limits)
             self.inflight.setdefault(name, 0)

@@ -67,14 +67,34 @@ class TenantLimiter:
     """Admission control for one tenant (in process; one per gateway replica)."""
 
     def __init__(self, limits: TenantLimits, clock: Callable[[], float] = time.monotonic) -> None:
-        self.limits = limits
         self.inflight = 0
+        self._clock = clock
+        self._requests: TokenBucket | None = None
+        self._tokens: TokenBucket | None = None
+        self.limits = TenantLimits()
+        self.reconfigure(limits)
+
+    def reconfigure(self, limits: TenantLimits) -> None:
+        """New limits for the same tenant, keeping what it has used: requests in flight stay
+        counted and each bucket keeps its level (capped at its new size), so tightening a
+        tenant's limits on a reload never hands it a fresh burst."""
         rps = limits.requests_per_second
-        self._requests = (
-            TokenBucket(rps, limits.burst or max(1.0, rps), clock) if rps is not None else None
-        )
+        burst = None if rps is None else limits.burst or max(1.0, rps)
+        self._requests = self._resized(self._requests, rps, burst)
         tpm = limits.tokens_per_minute
-        self._tokens = TokenBucket(tpm / 60.0, tpm, clock) if tpm is not None else None
+        self._tokens = self._resized(self._tokens, None if tpm is None else tpm / 60.0, tpm)
+        self.limits = limits
+
+    def _resized(
+        self, old: TokenBucket | None, rate: float | None, capacity: float | None
+    ) -> TokenBucket | None:
+        if rate is None or capacity is None:
+            return None
+        bucket = TokenBucket(rate, capacity, self._clock)
+        if old is not None:
+            old.adjust(0.0)  # brings its level up to now
+            bucket.level = min(old.level, capacity)
+        return bucket
 
     def admit(self, estimated_tokens: int) -> None:
         """Reserves a slot or raises RateLimitError (429, with the wait in Retry-After)."""

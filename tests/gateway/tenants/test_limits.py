@@ -73,3 +73,69 @@ def test_a_request_larger_than_the_budget_passes_only_on_a_full_bucket() -> None
     with pytest.raises(RateLimitError) as caught:
         limiter.admit(1)
     assert caught.value.retry_after_s > 60  # the overdraft is paid back first
+
+
+def test_new_limits_keep_what_the_tenant_already_used() -> None:
+    # A reload that tightens a tenant's limits must not hand it a fresh burst or free slots.
+    clock = Clock()
+    limiter = TenantLimiter(
+        TenantLimits(requests_per_second=1, burst=10, tokens_per_minute=600, max_concurrency=5),
+        clock,
+    )
+    for _ in range(5):
+        limiter.admit(100)  # 5 in flight, 5 of the burst and 500 of 600 tokens spent
+    limiter.reconfigure(
+        TenantLimits(requests_per_second=1, burst=20, tokens_per_minute=1200, max_concurrency=3)
+    )
+    assert limiter.inflight == 5
+    with pytest.raises(RateLimitError, match="concurrent requests: the limit is 3"):
+        limiter.admit(1)
+    for _ in range(3):
+        limiter.release(100, 100)
+    limiter.admit(50)  # a slot was free again; tokens left: 100 - 50
+    limiter.release(100, 100)
+    with pytest.raises(RateLimitError, match="tokens per minute"):
+        limiter.admit(100)
+    # A bucket keeps its level but never more than its new size.
+    limiter.reconfigure(TenantLimits(requests_per_second=1, burst=2))
+    limiter.admit(1)
+    limiter.admit(1)
+    with pytest.raises(RateLimitError, match="requests per second"):
+        limiter.admit(1)
+
+
+def test_a_reload_that_tightens_concurrency_counts_the_requests_in_flight() -> None:
+    import asyncio
+
+    from gateway.config import parse_settings
+    from gateway.tenants.admission import Admission
+    from gateway.tenants.registry import TenantRegistry
+
+    def tenants(limit: int) -> TenantRegistry:
+        settings = parse_settings(
+            {
+                "model": "m",
+                "tiers": [
+                    {"name": p, "precision": p, "endpoints": [f"http://h:{port}/v1"]}
+                    for port, p in ((1, "nvfp4"), (2, "bf16"))
+                ],
+                "tenants": [{"name": "t", "api_keys": ["k"], "limits": {"max_concurrency": limit}}],
+            }
+        )
+        return TenantRegistry(settings, {})
+
+    async def scenario() -> None:
+        admission = Admission()
+        before = tenants(5)
+        admission.configure(before.tenants)
+        request = {"messages": [{"role": "user", "content": "hi"}]}
+        tickets = [await admission.admit(before.tenants["t"], dict(request), 10) for _ in range(5)]
+        after = tenants(3)
+        admission.configure(after.tenants)  # the reload
+        with pytest.raises(RateLimitError, match="the limit is 3"):
+            await admission.admit(after.tenants["t"], dict(request), 10)
+        for ticket in tickets[:3]:
+            await ticket.release(None)  # requests admitted before the reload still count down
+        await admission.admit(after.tenants["t"], dict(request), 10)
+
+    asyncio.run(scenario())
