@@ -2,7 +2,7 @@
 
 `TIERGATE_COMPILE=1 pip install --no-build-isolation .` (or `pip wheel`) compiles the modules
 one routing decision runs through with mypyc, which ships with mypy: the same source,
-1.3-1.5x faster (benchmarks/router_hotpath.py measures both builds). Without the variable the
+1.3-1.6x faster (benchmarks/router_hotpath.py measures both builds). Without the variable the
 package is pure Python, which is what editable installs, `make run` and `make test` use, so a
 compiled module can never shadow an edited source file. The tests build this variant once and
 check that it gives the same features and probabilities as the source
