@@ -529,6 +529,14 @@ def chart(results: dict[str, Any], summary: dict[str, Any], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def write_results(directory: Path, stem: str, results: dict[str, Any], text: str) -> None:
+    """`<stem>.json` and `<stem>.md` in `directory`, and the markdown on stdout."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / f"{stem}.json").write_text(json.dumps(results, indent=2) + "\n")
+    (directory / f"{stem}.md").write_text(text)
+    print(text)
+
+
 def _cpu_model() -> str:
     for line in Path("/proc/cpuinfo").read_text().splitlines():
         if line.startswith("model name"):

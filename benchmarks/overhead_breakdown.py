@@ -46,7 +46,14 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 sys.path.insert(0, str(REPO / "benchmarks"))
 from lean_proxy import make_app  # noqa: E402
-from overhead import CHAT, KEY, free_port, gateway_config, wait_http  # noqa: E402
+from overhead import (  # noqa: E402
+    CHAT,
+    KEY,
+    free_port,
+    gateway_config,
+    wait_http,
+    write_results,
+)
 
 BODY = json.dumps(CHAT).encode()
 Handler = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
@@ -211,11 +218,7 @@ def main() -> None:
         "rounds": args.rounds,
         "block": args.block,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "overhead_breakdown.json").write_text(json.dumps(results, indent=2) + "\n")
-    text = markdown(results)
-    (args.out / "overhead_breakdown.md").write_text(text)
-    print(text)
+    write_results(args.out, "overhead_breakdown", results, markdown(results))
 
 
 if __name__ == "__main__":

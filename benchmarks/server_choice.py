@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import platform
 import shutil
@@ -42,6 +41,7 @@ from overhead import (  # noqa: E402
     cpu_seconds,
     free_port,
     gateway_config,
+    write_results,
     wrk,
 )
 
@@ -91,30 +91,21 @@ def make_targets(workdir: Path, backend_port: int, granian: Path) -> list[Target
     granian_args += ["--loop", "uvloop", "--http", "1", "--no-ws", "--log-level", "warning"]
     ports = [free_port() for _ in range(4)]
     serve = [PYTHON, "-m", "gateway.cli.main", "serve", "--config", str(config), "--port"]
+
+    def under_granian(name: str, factory: str, port: int) -> Target:
+        argv = [*granian_args, "--port", str(port), f"server_choice:{factory}"]
+        return Target(name, argv, port, "/health", env=env, cwd=workdir)
+
     return [
         Target("tiergate, uvicorn", [*serve, str(ports[0])], ports[0], "/health", cwd=workdir),
-        Target(
-            "tiergate, granian",
-            [*granian_args, "--port", str(ports[1]), "server_choice:tiergate_app"],
-            ports[1],
-            "/health",
-            env=env,
-            cwd=workdir,
-        ),
+        under_granian("tiergate, granian", "tiergate_app", ports[1]),
         Target(
             "lean, uvicorn",
             [PYTHON, str(BENCH / "lean_proxy.py"), str(ports[2]), str(backend_port)],
             ports[2],
             "/health",
         ),
-        Target(
-            "lean, granian",
-            [*granian_args, "--port", str(ports[3]), "server_choice:lean_app"],
-            ports[3],
-            "/health",
-            env=env,
-            cwd=workdir,
-        ),
+        under_granian("lean, granian", "lean_app", ports[3]),
     ]
 
 
@@ -200,11 +191,7 @@ def main() -> None:
         "rounds": args.rounds,
         "duration_s": args.duration,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "server_choice.json").write_text(json.dumps(results, indent=2) + "\n")
-    text = markdown(results)
-    (args.out / "server_choice.md").write_text(text)
-    print(text)
+    write_results(args.out, "server_choice", results, markdown(results))
 
 
 if __name__ == "__main__":
