@@ -39,7 +39,7 @@ from gateway.backends.tier import TierBackend, build_tiers, endpoints_by_url
 from gateway.config import ConfigError, Settings, load_settings, resolve_secret
 from gateway.errors import InvalidRequestError, MethodNotAllowedError, NotFoundError
 from gateway.live.observer import LiveObserver
-from gateway.metrics import BackendCollector, GatewayMetrics
+from gateway.metrics import BackendCollector, GatewayMetrics, RoutingCollector
 from gateway.protocol import EndpointKind
 from gateway.proxy.channel import Receive, Send
 from gateway.proxy.events import ExchangeListener
@@ -104,6 +104,7 @@ class Gateway:
         # Which build of the router's hot path serves (setup.py: mypyc or the Python source).
         self.metrics = GatewayMetrics(self.registry, {"router_build": router_build()})
         self.registry.register(BackendCollector(self._backend_samples))
+        self.registry.register(RoutingCollector(self._routing_verdicts))
         self.admission = Admission(
             _redis_client(settings, self.environ),
             prefix=settings.shared_limits.key_prefix,
@@ -177,8 +178,6 @@ class Gateway:
             return
         self.metrics.uniform_floor_tier.clear()
         for name, routing in policy.routing.items():
-            if routing.routing_pays is not None:
-                self.metrics.routing_pays.labels(name).set(1 if routing.routing_pays else 0)
             if routing.uniform_floor_tier is not None:
                 self.metrics.uniform_floor_tier[name] = routing.uniform_floor_tier
         shadow = runtime.settings.shadow
@@ -326,6 +325,16 @@ class Gateway:
         ]
         return endpoints, [TierSample(tier.name, tier.queued) for tier in tiers]
 
+    def _routing_verdicts(self) -> dict[str, bool]:
+        policy = self.runtime.policy
+        if not isinstance(policy, RouterPolicy):
+            return {}
+        return {
+            name: routing.routing_pays
+            for name, routing in policy.routing.items()
+            if routing.routing_pays is not None
+        }
+
     def exposition(self) -> tuple[bytes, str]:
         self.metrics.flush()
         directory = os.environ.get(MULTIPROC_ENV)
@@ -336,6 +345,7 @@ class Gateway:
         merged = CollectorRegistry()
         multiprocess.MultiProcessCollector(merged, directory)  # type: ignore[no-untyped-call]
         merged.register(BackendCollector(self._backend_samples))
+        merged.register(RoutingCollector(self._routing_verdicts))
         return generate_latest(merged), CONTENT_TYPE_LATEST
 
 

@@ -8,7 +8,7 @@ The registry is injected; tests pass their own.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -67,8 +67,8 @@ class GatewayMetrics:
         )
         self.probability = Histogram(
             "tiergate_routing_probability",
-            "Calibrated probability that the chosen tier is adequate, by chosen tier.",
-            ["tier"],
+            "Calibrated probability that the chosen tier is adequate, by tenant and chosen tier.",
+            ["tenant", "tier"],
             buckets=_PROBABILITY_BUCKETS,
             registry=registry,
         )
@@ -194,14 +194,6 @@ class GatewayMetrics:
             multiprocess_mode="max",
         )
         # -- router calibration and shadow evaluation (per tenant and tier) ---------------
-        self.routing_pays = Gauge(
-            "tiergate_routing_pays",
-            "Pre-test per tenant: 1 when routing beats the cheapest uniform tier meeting the "
-            "floor on validation data, 0 when it does not (thresholds then equal that tier).",
-            ["tenant"],
-            registry=registry,
-            multiprocess_mode="max",
-        )
         self.shadow_requests = Counter(
             "tiergate_shadow_requests",
             "Shadow replays on the top tier by tenant, tier and outcome "
@@ -326,7 +318,7 @@ class GatewayMetrics:
             decided = names[decided_at]
             add(self.decisions, (tenant, decided, reason or "unknown"), n)
             if agg.probability.count:
-                agg.probability.flush_into(self._child(self.probability, decided))
+                agg.probability.flush_into(self._child(self.probability, tenant, decided))
             if served is not None and served != decided_at:
                 # Why the decided tier did not serve: its first attempt's outcome, or
                 # "unavailable" when none of its endpoints could be tried (health-checked
@@ -347,6 +339,8 @@ class GatewayMetrics:
             add(self.completion_tokens, (tenant, tier), agg.completion_tokens)
             served_cost = tokens * costs[served]
             add(self.cost, (tenant, tier), served_cost)
+            if reason == "pinned":
+                return  # the client chose the tier: routing saved or overspent nothing
             self._credit(add, tenant, "top_tier", tokens * costs[-1] - served_cost)
             floor = self.uniform_floor_tier.get(tenant)
             if floor is not None and floor < len(costs):
@@ -419,6 +413,26 @@ class _PendingHistogram:
                 child._buckets[index].inc(count)
 
 
+class RoutingCollector:
+    """The router's pre-test verdict per tenant, read at scrape time from the running policy,
+    so a reload that drops a tenant's alpha (or the tenant) drops its series too."""
+
+    def __init__(self, source: Callable[[], Mapping[str, bool]]) -> None:
+        self.source = source
+
+    def collect(self) -> Iterator[Metric]:
+        pays = GaugeMetricFamily(
+            "tiergate_routing_pays",
+            "Pre-test per tenant with an alpha: 1 when routing beats the cheapest uniform tier "
+            "meeting the floor on validation data, 0 when it does not (thresholds then equal "
+            "that tier).",
+            labels=["tenant"],
+        )
+        for tenant, verdict in self.source().items():
+            pays.add_metric([tenant], 1.0 if verdict else 0.0)
+        yield pays
+
+
 class BackendCollector:
     """Endpoint and tier state read at scrape time, so the hot path sets no gauges."""
 
@@ -457,4 +471,10 @@ class BackendCollector:
         yield from (up, circuit, inflight, queue)
 
 
-__all__ = ["NO_TIER", "UNAUTHENTICATED", "BackendCollector", "GatewayMetrics"]
+__all__ = [
+    "NO_TIER",
+    "UNAUTHENTICATED",
+    "BackendCollector",
+    "GatewayMetrics",
+    "RoutingCollector",
+]

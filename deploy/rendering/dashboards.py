@@ -161,7 +161,7 @@ TRAFFIC: Final = Dashboard(
             "Distribution of the calibrated P(adequate) of the tier routing chose.",
             (
                 Query(
-                    _sum("le", _rate("tiergate_routing_probability_bucket", TIER)),
+                    _sum("le", _rate("tiergate_routing_probability_bucket", f"{TENANT}, {TIER}")),
                     "{{le}}",
                 ),
             ),
@@ -476,8 +476,12 @@ CALIBRATION: Final = Dashboard(
             (
                 Query(
                     _ratio(
-                        _sum("tier", _rate("tiergate_routing_probability_sum", TIER)),
-                        _sum("tier", _rate("tiergate_routing_probability_count", TIER)),
+                        _sum(
+                            "tier", _rate("tiergate_routing_probability_sum", f"{TENANT}, {TIER}")
+                        ),
+                        _sum(
+                            "tier", _rate("tiergate_routing_probability_count", f"{TENANT}, {TIER}")
+                        ),
                     ),
                     "{{tier}}",
                 ),

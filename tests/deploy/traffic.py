@@ -34,7 +34,7 @@ def tenants() -> list[dict[str, Any]]:
     """default: all tiers; batch: never the top tier, no pins; capped: rate-limited; load:
     the background streams (apart, so they do not dilute the others' error ratios)."""
     return [
-        # An accuracy floor too, so its pins above the floor tier show up as overspend.
+        # An accuracy floor too, so a routed request served above it shows up as overspend.
         {"name": "default", "api_keys": [API_KEY], "alpha": 0.95},
         {
             "name": "batch",
@@ -186,6 +186,12 @@ class Traffic:
             client.chat.completions.create(
                 model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=8
             )
+            with self._fault("w4a16", error_rate=1.0):
+                # Both cheaper tiers fail: the top tier serves a routed request, which is
+                # overspend against the tenant's uniform floor (pins never count there).
+                client.chat.completions.create(
+                    model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=8
+                )
         with self._fault("w4a16", drop_mid_stream=1.0, drop_after_chunks=2):
             stream = client.chat.completions.create(
                 model=f"{MODEL}@w4a16", messages=self._messages(REPEAT), max_tokens=64, stream=True

@@ -138,6 +138,8 @@ def test_alpha_exports_routing_pays_and_the_floor_baseline(ladder: Ladder) -> No
             {"tenant": "floor", "tier": served, "endpoint": "chat", "status": "200"},
             1,
         )
+        probability = {"tenant": "floor", "tier": served}  # per tenant, for the dashboards
+        assert gw.metric("tiergate_routing_probability_count", probability) == 1
         saved = gw.metric(
             "tiergate_estimated_savings_total", {"tenant": "floor", "baseline": "uniform_floor"}
         )
@@ -152,6 +154,47 @@ def test_alpha_exports_routing_pays_and_the_floor_baseline(ladder: Ladder) -> No
             assert over > 0 and saved == 0
         else:
             assert saved == 0 and over == 0
+
+
+def test_pinned_requests_cost_but_are_not_routing_savings(ladder: Ladder) -> None:
+    config = settings(ladder, [{"name": "floor", "api_keys": [API_KEY], "alpha": 0.97}])
+    with GatewayThread(config, policy_factory=build_policy) as gw:
+        cheapest, top = config.tiers[0].name, config.tiers[-1].name
+
+        def totals() -> tuple[float, ...]:
+            return tuple(
+                gw.metric(f"tiergate_estimated_{kind}_total", {"tenant": "floor", "baseline": b})
+                for kind in ("savings", "overspend")
+                for b in ("uniform_floor", "top_tier")
+            )
+
+        before = totals()
+        for tier in (cheapest, top):  # below and above any floor: both would count if routed
+            reply = send(
+                "POST",
+                f"{gw.url}/v1/chat/completions",
+                {"model": f"{MODEL}@{tier}", "messages": [{"role": "user", "content": "hi"}]},
+            )
+            assert reply.status == 200 and reply.headers["x-tiergate-tier"] == tier
+            gw.metric_at_least(
+                "tiergate_estimated_cost_total", {"tenant": "floor", "tier": tier}, 1
+            )
+        assert totals() == before  # the client chose: routing saved and overspent nothing
+
+
+def test_a_reload_that_drops_alpha_drops_the_routing_verdict(ladder: Ladder) -> None:
+    with_alpha = settings(ladder, [{"name": "floor", "api_keys": [API_KEY], "alpha": 0.97}])
+    explicit = settings(
+        ladder, [{"name": "floor", "api_keys": [API_KEY], "thresholds": {"nvfp4": 0.9}}]
+    )
+    with GatewayThread(with_alpha, policy_factory=build_policy) as gw:
+        verdict = gw.app.registry.get_sample_value("tiergate_routing_pays", {"tenant": "floor"})
+        assert verdict in (0.0, 1.0)
+        gw.app.reload(explicit)
+        assert (
+            gw.app.registry.get_sample_value("tiergate_routing_pays", {"tenant": "floor"}) is None
+        )
+        assert "floor" not in gw.app.metrics.uniform_floor_tier
 
 
 def test_admin_tenants_shows_each_tenants_routing(ladder: Ladder) -> None:
