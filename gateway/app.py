@@ -53,6 +53,7 @@ from gateway.tenants.admission import Admission
 from gateway.tenants.registry import TenantRegistry
 from router_models import router_build
 from router_models.errors import RouterError
+from router_models.features import named_dense_features
 
 log = logging.getLogger("tiergate")
 
@@ -111,7 +112,9 @@ class Gateway:
             max_request_s=settings.timeouts.total_s,
         )
         self.observer = LiveObserver(settings, self.metrics, lambda: self.runtime.tiers)
-        self.shadow = ShadowSampler(settings, self.metrics, lambda: self.runtime.tiers)
+        self.shadow = ShadowSampler(
+            settings, self.metrics, lambda: self.runtime.tiers, features=named_dense_features
+        )
         self.listeners: list[ExchangeListener] = [self.observer, self.shadow]
         self.draining = False
         self.reloads = 0

@@ -17,7 +17,13 @@ from typing import Any, Final
 from router_models.ngrams import clip_text, digit_token_count, tokens
 from router_models.request import RequestView, view_request
 
-__all__ = ["DENSE_NAMES", "TASK_CUES", "dense_features", "dense_features_of"]
+__all__ = [
+    "DENSE_NAMES",
+    "TASK_CUES",
+    "dense_features",
+    "dense_features_of",
+    "named_dense_features",
+]
 
 _NEGATIONS: Final = frozenset(
     ["not", "except", "least", "false", "incorrect", "never", "cannot", "untrue"]
@@ -125,6 +131,13 @@ def dense_features_of(request: Mapping[str, Any]) -> list[float]:
     """Dense features straight from an OpenAI request body."""
     view = view_request(request)
     return dense_features(view, tokens(view.text))
+
+
+def named_dense_features(request: Mapping[str, Any]) -> dict[str, float]:
+    """The dense features by name: a request's text-free record (the shadow label log's, for
+    tenants whose text is not kept)."""
+    values = dense_features_of(request)
+    return {name: float(value) for name, value in zip(DENSE_NAMES, values, strict=True)}
 
 
 def dense_features(

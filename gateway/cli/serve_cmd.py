@@ -70,7 +70,9 @@ def _refuse_busy_ports(host: str, port: int, sim_ports: list[int], config: Path 
 
 def up(
     *,
-    port: Annotated[int, typer.Option(help="Gateway port.")] = 8000,
+    port: Annotated[
+        int | None, typer.Option(help="Gateway port (default: the config's, else 8000).")
+    ] = None,
     config: ConfigOption = None,
     sim_time_scale: Annotated[float, typer.Option(help="Simulator clock multiplier.")] = 1.0,
     sim_base_port: Annotated[
@@ -105,16 +107,16 @@ def up(
     settings = _settings(config, port, sim_base_port)
     if shadow_rate > 0 or label_log is not None:
         # The simulated tiers decode deterministically whatever the temperature.
-        shadow = settings.shadow.model_copy(
-            update={
-                "rate": shadow_rate,
-                "explore_rate": shadow_rate,
-                "label_log": label_log,
-                "keep_text": True,
-                "assume_deterministic": True,
-            }
-        )
-        settings = settings.model_copy(update={"shadow": shadow})
+        update: dict[str, Any] = {"assume_deterministic": True}
+        if shadow_rate > 0:
+            update |= {"rate": shadow_rate, "explore_rate": shadow_rate}
+        if label_log is not None:
+            update["label_log"] = label_log
+        if config is None:
+            # The embedded demo's log keeps the text so that `router train` reads it; a
+            # config file's own keep_text (a privacy choice) is never overridden.
+            update["keep_text"] = True
+        settings = settings.model_copy(update={"shadow": settings.shadow.model_copy(update=update)})
     admin_token = os.environ.get(settings.admin.token_env or "") or settings.admin.token
     if not admin_token:
         admin_token = secrets.token_urlsafe(18)

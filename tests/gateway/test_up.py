@@ -118,3 +118,42 @@ def test_up_names_the_option_when_a_port_is_taken(taken: str) -> None:
     assert done.returncode == 2
     option = "--port" if taken == "gateway" else "--sim-base-port"
     assert option in done.stderr and "in use" in done.stderr
+
+
+def test_up_with_a_config_keeps_its_port_and_its_privacy_choice(tmp_path: Path) -> None:
+    import yaml
+
+    port, base = free_port(), free_port_block(3)
+    configured_log = tmp_path / "configured.jsonl"
+    config = tmp_path / "tiergate.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "model": "m",
+                "server": {"port": port},
+                "tiers": [
+                    {"name": p, "precision": p, "endpoints": [f"http://127.0.0.1:{base + i}/v1"]}
+                    for i, p in enumerate(("nvfp4", "w4a16", "bf16"))
+                ],
+                "tenants": [{"name": "t", "api_keys": ["sk-t"]}],
+                "shadow": {"keep_text": False, "label_log": str(configured_log)},
+                "admin": {"token": "adm"},
+            }
+        )
+    )
+    argv = ["up", "--config", str(config), "--shadow-rate", "0.5"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli.main", *argv],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}/ready", 60, process)  # the config's port
+        shadow = send("GET", f"http://127.0.0.1:{port}/admin/config", key="adm").json()["shadow"]
+        # --shadow-rate turns shadow evaluation on; the file's privacy choice and log stand.
+        assert shadow["rate"] == 0.5
+        assert shadow["keep_text"] is False
+        assert shadow["label_log"] == str(configured_log)
+    finally:
+        stop_processes([process])

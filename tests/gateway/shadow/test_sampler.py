@@ -8,9 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from gateway.sim import quality
 from router_models.data import load_labels
+from router_models.errors import LabelDataError
+from router_models.features import DENSE_NAMES
 from tests.helpers import API_KEY, MODEL, GatewayThread, Ladder, fixed_policy, send
 
 ADMIN = "shadow-admin"
@@ -88,6 +91,34 @@ def test_shadow_labels_match_the_quality_model(ladder: Ladder, tmp_path: Path) -
         assert gw.metric("tiergate_calibration_observed_adequacy", labels) == sum(truth) / 20
         drift = view["observed"] < 0.9 - 0.1
         assert gw.metric("tiergate_calibration_drift", labels) == float(drift)
+
+
+def test_without_kept_text_the_log_holds_features_and_no_text(
+    ladder: Ladder, tmp_path: Path
+) -> None:
+    log = tmp_path / "labels.jsonl"
+    settings = ladder.settings(
+        shadow={"rate": 1.0, "assume_deterministic": True, "label_log": str(log)},
+        admin={"token": ADMIN},
+    )  # keep_text is off by default
+    with GatewayThread(settings, policy_factory=fixed_policy(0, (0.9, 0.95, 1.0))) as gw:
+        for content in EASY[:3]:
+            chat(gw, content)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and (
+            not log.exists() or len(log.read_text().splitlines()) < 3
+        ):
+            time.sleep(0.2)
+    text = log.read_text()
+    assert "translate good morning" not in text  # no request text in the log
+    lines = [json.loads(line) for line in text.splitlines()]
+    assert len(lines) == 3
+    for line in lines:
+        assert "request" not in line and "messages" not in line
+        assert set(line["features"]) == set(DENSE_NAMES)
+    # `router train` reads such a log: its rows are counted as text-free, not malformed.
+    with pytest.raises(LabelDataError, match="no rows with request text"):
+        load_labels([log])
 
 
 def test_shadow_skips_top_tier_and_respects_rate_zero(ladder: Ladder) -> None:
