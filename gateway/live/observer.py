@@ -80,7 +80,7 @@ def flags_from_snapshot(snapshot: VllmMetricsSnapshot) -> RunningFlags:
 
 def regime_of(report: RegimeReport) -> Regime | None:
     """The planner's input from a report, preferring engine counters where they exist
-    (b.1 step 1); None while the tier has seen no traffic or rho or r is unmeasured."""
+    (b.1 step 1); None while the tier has seen no traffic."""
     conc = report.concurrency
     # The gateway's time-weighted mean is exact for its own traffic; the engine's scraped
     # running + waiting also sees other clients but only at scrape instants. Take the larger.
@@ -90,14 +90,10 @@ def regime_of(report: RegimeReport) -> Regime | None:
         return None
     rho = report.rho.engine if report.rho.engine is not None else report.rho.lru
     r = report.r.r_engine if report.r.r_engine is not None else report.r.r_iid
-    if rho is None or r is None:
-        # Planning on a default of 0 would recommend prefix caching or speculation off on no
-        # evidence (a tier seen only through shadow replays, before any sample).
-        return None
     return Regime(
         concurrency=c,
-        rho=min(1.0, max(0.0, rho)),
-        r=min(1.0, max(0.0, r)),
+        rho=min(1.0, max(0.0, rho or 0.0)),
+        r=min(1.0, max(0.0, r or 0.0)),
         l_in=report.l_in or None,
         l_out=report.l_out or None,
     )
@@ -326,11 +322,7 @@ class LiveObserver:
             self._export_regime(name, report)
             regime = regime_of(report)
             if regime is None:
-                state.note = (
-                    "no traffic in the window"
-                    if not report.concurrency.mean and not report.concurrency.engine_mean
-                    else "rho or r not measured yet (no sampled request in the window)"
-                )
+                state.note = "no traffic in the window"
                 continue
             try:
                 step = state.planner.step(now, regime)
