@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import sys
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -48,6 +49,19 @@ def _settings(config: Path | None, port: int | None, sim_base_port: int = 9001):
             update={"server": settings.server.model_copy(update={"port": port})}
         )
     return settings
+
+
+@contextlib.contextmanager
+def _config_errors_exit() -> Iterator[None]:
+    """What pydantic cannot see in a config (a key shared by tenants, a router model that does
+    not load) ends the command in one line with exit 2, never a traceback."""
+    from gateway.app import RELOAD_ERRORS
+
+    try:
+        yield
+    except RELOAD_ERRORS as exc:
+        typer.echo(f"tiergate: {exc}", err=True)
+        raise typer.Exit(2) from None
 
 
 def _refuse_busy_ports(host: str, port: int, sim_ports: list[int], config: Path | None) -> None:
@@ -94,7 +108,7 @@ def up(
     """Start three simulated vLLM tiers and the gateway in one command (the embedded default)."""
     import secrets
 
-    from gateway.app import RELOAD_ERRORS, build_app
+    from gateway.app import build_app
     from gateway.launcher import (
         banner,
         exit_on_sigterm,
@@ -129,16 +143,13 @@ def up(
     _refuse_busy_ports(host, settings.server.port, [spec.port for spec in specs], config)
     try:
         with running_sims(specs):
-            try:
+            with _config_errors_exit():
                 app = build_app(
                     settings,
                     policy_factory=build_policy,
                     config_path=_config_path(config),
                     watch_config=True,
                 )
-            except RELOAD_ERRORS as exc:
-                typer.echo(f"tiergate: {exc}", err=True)
-                raise typer.Exit(2) from None
             keys = [k.get_secret_value() for t in settings.tenants for k in t.api_keys]
             key = next((k for k in keys if not k.startswith("sha256:")), "<your key>")
             typer.echo(
@@ -169,7 +180,7 @@ def serve(
     ] = None,
 ) -> None:
     """Run the gateway alone, in front of the tiers named in the configuration."""
-    from gateway.app import RELOAD_ERRORS, build_app, check_settings
+    from gateway.app import build_app, check_settings
     from gateway.launcher import exit_on_sigterm, freeze_startup_heap, serve_workers
     from gateway.routing.factory import build_policy
 
@@ -180,11 +191,8 @@ def serve(
         if path is None:
             typer.echo("tiergate: --workers needs a --config file (each worker reads it)", err=True)
             raise typer.Exit(2)
-        try:
+        with _config_errors_exit():
             check_settings(settings, build_policy)
-        except RELOAD_ERRORS as exc:
-            typer.echo(f"tiergate: {exc}", err=True)
-            raise typer.Exit(2) from None
         try:
             serve_workers(path, host or settings.server.host, settings.server.port, count)
         except OSError as error:  # the address is taken or not ours to bind
@@ -195,11 +203,8 @@ def serve(
             raise typer.Exit(1) from error
         return
     exit_on_sigterm()
-    try:
+    with _config_errors_exit():
         app = build_app(settings, policy_factory=build_policy, config_path=path, watch_config=True)
-    except RELOAD_ERRORS as exc:
-        typer.echo(f"tiergate: {exc}", err=True)
-        raise typer.Exit(2) from None
     freeze_startup_heap()
     run_event_loop(_serve(app, host or settings.server.host, settings.server.port))
 
