@@ -80,7 +80,13 @@ def parse_regime(text: str) -> Regime:
     missing = {"concurrency", "rho", "r"} - values.keys()
     if missing:
         raise ValueError(f"regime lacks {', '.join(sorted(missing))}")
-    return Regime(**values)
+    return Regime(
+        concurrency=values["concurrency"],
+        rho=values["rho"],
+        r=values["r"],
+        l_in=values.get("l_in"),
+        l_out=values.get("l_out"),
+    )
 
 
 def fetch_gateway_regime(url: str, token: str | None, timeout_s: float = 10.0) -> dict[str, Any]:
@@ -225,8 +231,8 @@ def _trace_regime(
         # A length-only trace cannot show prefix sharing or repetition: say what 0 means here.
         typer.echo(
             f"note: {trace.name} cannot measure {' or '.join(unknown)} ({doc['format']} "
-            f"trace); planned as 0, so prefix caching or speculation is not recommended on "
-            "this evidence. Give --regime with measured values to plan them.",
+            f"trace); its flag stays as --current when given, else it is planned as 0 (not "
+            "recommended on this evidence). Give --regime with measured values to plan it.",
             err=True,
         )
     source = (
@@ -241,6 +247,8 @@ def _trace_regime(
         r=float(r or 0.0),
         l_in=lengths.get("l_in") if doc["format"] != "chat" else None,
         l_out=lengths.get("l_out") if doc["format"] != "chat" else None,
+        rho_known=rho is not None,
+        r_known=r is not None,
     )
     return regime, source
 

@@ -26,7 +26,8 @@ from gateway.observer.completions import completion_texts
 from gateway.observer.regime import RegimeReport, RegimeTracker, TrackerConfig
 from gateway.observer.vllm_metrics import VllmMetricsSnapshot, parse_vllm_metrics
 from gateway.planner.costmodel import CostModel
-from gateway.planner.planner import Planner, PlanningError, Regime, TierConfig, TierPlan
+from gateway.planner.planner import Planner, PlannerStep, PlanningError, Regime, TierConfig
+from gateway.precision import Precision
 from gateway.stats import CompletedExchange
 from gateway.tenants.limits import TokenBucket
 
@@ -53,6 +54,12 @@ class RunningFlags:
 
     def as_tuple(self) -> tuple[bool | None, bool | None]:
         return self.speculative, self.prefix_caching
+
+    def config(self, precision: Precision) -> TierConfig | None:
+        """The running configuration, when both flags are known."""
+        if self.speculative is None or self.prefix_caching is None:
+            return None
+        return TierConfig(precision, self.speculative, self.prefix_caching)
 
 
 def flags_from_args(args: Sequence[str]) -> RunningFlags:
@@ -90,12 +97,16 @@ def regime_of(report: RegimeReport) -> Regime | None:
         return None
     rho = report.rho.engine if report.rho.engine is not None else report.rho.lru
     r = report.r.r_engine if report.r.r_engine is not None else report.r.r_iid
+    # Unmeasured (no sampled request, no engine counter): a stand-in of 0 that the planner
+    # knows is one, so the flag it decides is not advised on it.
     return Regime(
         concurrency=c,
         rho=min(1.0, max(0.0, rho or 0.0)),
         r=min(1.0, max(0.0, r or 0.0)),
         l_in=report.l_in or None,
         l_out=report.l_out or None,
+        rho_known=rho is not None,
+        r_known=r is not None,
     )
 
 
@@ -105,7 +116,7 @@ class _TierState:
     tracker: RegimeTracker
     planner: Planner
     running: RunningFlags = field(default_factory=RunningFlags)
-    last_plan: TierPlan | None = None
+    last_step: PlannerStep | None = None
     last_regime: Regime | None = None
     note: str = "no traffic yet"
 
@@ -324,16 +335,21 @@ class LiveObserver:
             if regime is None:
                 state.note = "no traffic in the window"
                 continue
+            running_config = state.running.config(state.tier.settings.precision)
+            if running_config is not None:
+                # Hysteresis, dwell and confirmations measure against what the tier runs.
+                state.planner.follow(running_config, now)
             try:
                 step = state.planner.step(now, regime)
             except PlanningError as exc:
                 state.note = str(exc)
                 continue
-            state.last_plan, state.last_regime, state.note = step.plan, regime, step.note
-            recommended = (step.plan.speculative, step.plan.prefix_caching)
+            state.last_step, state.last_regime, state.note = step, regime, step.note
+            advice = step.advice
+            recommended = (advice.speculative, advice.prefix_caching)
             running = state.running.as_tuple()
             model = CostModel.from_settings(self.settings.planner)
-            metrics.expected_cpt.labels(name, "recommended").set(step.plan.expected_cpt)
+            metrics.expected_cpt.labels(name, "recommended").set(advice.expected_cpt)
             if None not in running:
                 cost = model.cpt(
                     regime.concurrency,
@@ -384,7 +400,7 @@ class LiveObserver:
     def plan_view(self) -> dict[str, Any]:
         view: dict[str, Any] = {}
         for name, state in self._states.items():
-            plan = state.last_plan
+            step = state.last_step
             running = state.running
             entry: dict[str, Any] = {
                 "precision": state.tier.settings.precision,
@@ -394,13 +410,19 @@ class LiveObserver:
                     "prefix_caching": running.prefix_caching,
                 },
             }
-            if plan is not None and state.last_regime is not None:
+            if step is not None and state.last_regime is not None:
+                regime = state.last_regime
+                plan = step.advice
                 entry["regime"] = {
-                    "concurrency": state.last_regime.concurrency,
-                    "rho": state.last_regime.rho,
-                    "r": state.last_regime.r,
+                    "concurrency": regime.concurrency,
+                    # None: not measured yet, the flag it decides is kept as the tier runs it
+                    "rho": regime.rho if regime.rho_known else None,
+                    "r": regime.r if regime.r_known else None,
                 }
+                entry["action"] = step.action
                 entry["recommended"] = plan.to_dict()
+                if step.plan.config != plan.config:  # a better plan waits on hysteresis
+                    entry["candidate"] = step.plan.to_dict()
                 entry["drift"] = {
                     "speculative": None
                     if running.speculative is None
@@ -411,9 +433,6 @@ class LiveObserver:
                 }
             view[name] = entry
         return view
-
-    def current_configs(self) -> dict[str, TierConfig | None]:
-        return {name: state.planner.current for name, state in self._states.items()}
 
 
 __all__ = [

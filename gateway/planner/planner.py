@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Final, Literal
 
 from gateway.planner.costmodel import CostModel
@@ -60,6 +60,8 @@ class Regime:
     """Observed traffic: concurrency C, prefix share rho, i.i.d.-equivalent acceptance r.
 
     `l_in`/`l_out` override the configured mean lengths when the observer measured them.
+    `rho_known`/`r_known` are False while nothing measured that quantity yet: its value is
+    then a stand-in, and the flag it decides is kept as the tier runs it (when known).
     """
 
     concurrency: float
@@ -67,6 +69,8 @@ class Regime:
     r: float
     l_in: float | None = None
     l_out: float | None = None
+    rho_known: bool = True
+    r_known: bool = True
 
     def __post_init__(self) -> None:
         if not self.concurrency > 0:
@@ -205,6 +209,26 @@ def _inheritance_note(
     return text
 
 
+def _toggle_reason(
+    flag: str,
+    on: bool,
+    *,
+    symbol: str,
+    value: float,
+    star: float,
+    known: bool,
+    current: TierConfig | None,
+    detail: str,
+) -> str:
+    state = "on" if on else "off"
+    if not known:
+        basis = "kept as the tier runs it" if current is not None else f"{symbol} taken as 0"
+        return f"{flag} {state}: {symbol} not measured yet, no evidence ({basis})"
+    star_text = "inf" if math.isinf(star) else f"{star:.4f}"
+    relation = ">" if value > star else "<="
+    return f"{flag} {state}: {symbol} {value:.3f} {relation} {symbol}* {star_text}{detail}"
+
+
 def _explain(
     ev: _Evaluation,
     cfg: Settings,
@@ -232,16 +256,29 @@ def _explain(
             f"{p} ties {others} on decode cost; broken by CPT with recomputed toggles, "
             f"then Q ({m.quality(p):.3f}), native compute, eta ({m.eta(p):.3f})"
         )
-    on = plan.prefix_caching
     reasons.append(
-        f"prefix caching {'on' if on else 'off'}: rho {g.rho:.3f} {'>' if on else '<='} "
-        f"rho* {rho_star:.4f} at B_eff {b_eff:g}, L_in {ev.l_in:g}"
+        _toggle_reason(
+            "prefix caching",
+            plan.prefix_caching,
+            symbol="rho",
+            value=g.rho,
+            star=rho_star,
+            known=g.rho_known,
+            current=current,
+            detail=f" at B_eff {b_eff:g}, L_in {ev.l_in:g}",
+        )
     )
-    on = plan.speculative
-    r_text = "inf" if math.isinf(r_star) else f"{r_star:.4f}"
     reasons.append(
-        f"speculation {'on' if on else 'off'}: r {g.r:.3f} {'>' if on else '<='} r* {r_text} "
-        f"(eta {m.eta(p):.3f}, R {m.spec_step_inflation(p, b_eff, None, ev.ctx):.4f})"
+        _toggle_reason(
+            "speculation",
+            plan.speculative,
+            symbol="r",
+            value=g.r,
+            star=r_star,
+            known=g.r_known,
+            current=current,
+            detail=f" (eta {m.eta(p):.3f}, R {m.spec_step_inflation(p, b_eff, None, ev.ctx):.4f})",
+        )
     )
     if (
         current is not None
@@ -267,11 +304,16 @@ def plan_tier(
     current: TierConfig | None = None,
     *,
     q_min: float | None = None,
+    hold: bool = False,
 ) -> TierPlan:
     """b.1 steps 2 and 3 for one tier: filter by Q(p) >= Q_min and hardware, take the
     precision with the lowest decode cost t_w(p) / B_eff, then decide prefix caching from
-    rho*(p*, B_eff) and speculation from r*(p*, B_eff). Toggles are never inherited from
-    `current`; when it differs, the reasons say what inheriting would cost."""
+    rho*(p*, B_eff) and speculation from r*(p*, B_eff). Toggles are not inherited from
+    `current` (when it differs, the reasons say what inheriting would cost), except a toggle
+    whose evidence is missing (`Regime.rho_known`, `r_known`): that one stays as `current`.
+
+    `hold=True` describes `current` itself under this regime (the advice while hysteresis,
+    dwell or confirmations keep a better candidate waiting)."""
     cfg = settings or Settings()
     model = CostModel.from_settings(cfg)
     ev = _Evaluation(
@@ -285,8 +327,18 @@ def plan_tier(
     if not feasible:
         raise PlanningError(f"no feasible precision among {list(candidates)}: {dropped}")
 
-    chosen, tied = _choose(ev, feasible)
-    spec, cache, rho_star, r_star = ev.toggles(chosen)
+    if hold:
+        if current is None or current.precision not in feasible:
+            raise PlanningError(f"cannot hold {current}: not a feasible configuration")
+        chosen, tied = current.precision, [current.precision]
+        _, _, rho_star, r_star = ev.toggles(chosen)
+        spec, cache = current.speculative, current.prefix_caching
+    else:
+        chosen, tied = _choose(ev, feasible)
+        spec, cache, rho_star, r_star = ev.toggles(chosen)
+        if current is not None:
+            spec = spec if regime.r_known else current.speculative
+            cache = cache if regime.rho_known else current.prefix_caching
     plan = TierConfig(chosen, spec, cache)
     off_above: int | None = None
     if spec and cfg.serve.batch_dependent_speculation:
@@ -339,7 +391,11 @@ def _speculation_cutoff(model: CostModel, p: Precision, r: float, ctx: float) ->
 
 @dataclass(frozen=True)
 class PlannerStep:
-    """One evaluation of the b.1 loop: the fresh plan and what was done about it."""
+    """One evaluation of the b.1 loop: the fresh plan and what was done about it.
+
+    `advice` is what the tier should run now: the fresh plan once it passed hysteresis,
+    dwell and confirmations, else the current configuration (described under this regime).
+    """
 
     now: float
     plan: TierPlan
@@ -349,6 +405,7 @@ class PlannerStep:
     pending: TierConfig | None
     pending_count: int
     note: str
+    advice: TierPlan
 
 
 class Planner:
@@ -357,6 +414,12 @@ class Planner:
     A candidate replaces the current configuration only when it differs, its CPT is below
     (1 - h) times the current one's under the same regime, the last switch is more than the
     dwell ago, and the same candidate won N consecutive evaluations.
+
+    By default the planner applies its own switches (the current configuration is its last
+    advice). A caller that observes what the tier really runs calls `follow` before each
+    step instead: the current configuration is then the running one, a switch is advice that
+    stands for as long as the candidate keeps winning, and the dwell counts from the last
+    observed change.
     """
 
     def __init__(
@@ -376,6 +439,7 @@ class Planner:
         self._last_switch = last_switch
         self._pending: TierConfig | None = None
         self._pending_count = 0
+        self._following = False
 
     @property
     def current(self) -> TierConfig | None:
@@ -385,14 +449,23 @@ class Planner:
     def last_switch(self) -> float | None:
         return self._last_switch
 
+    def follow(self, running: TierConfig, now: float) -> None:
+        """The configuration the tier is observed running with at `now`."""
+        if self._following and running != self._current:
+            self._last_switch = now  # the operator applied a change
+        elif not self._following and running != self._current:
+            self._last_switch = None  # deployed before we watched: no dwell to honour
+        self._following = True
+        self._current = running
+
     def step(self, now: float, regime: Regime) -> PlannerStep:
         """Evaluate once (call every policy.period_s with the regime over policy.window_s)."""
-        pol = self.settings.policy
         plan = plan_tier(regime, self.settings, self.candidates, self._current, q_min=self.q_min)
-        cand = plan.config
         if self._current is None:
-            self._switch(cand, now)
-            return self._record(now, plan, "initial", plan.expected_cpt, "first deployment")
+            self._switch(plan.config, now)
+            return self._record(
+                now, plan, "initial", plan.expected_cpt, note="first deployment", regime=regime
+            )
         cur = self._current
         cur_cpt = self._model.cpt(
             regime.concurrency,
@@ -404,27 +477,41 @@ class Planner:
             l_in=regime.l_in,
             l_out=regime.l_out,
         )
+        action, note = self._verdict(now, plan, cur_cpt)
+        if action == "switch" and not self._following:
+            self._switch(plan.config, now)
+        return self._record(now, plan, action, cur_cpt, note=note, regime=regime)
+
+    def _verdict(self, now: float, plan: TierPlan, cur_cpt: float) -> tuple[Action, str]:
+        pol = self.settings.policy
+        cand, cur = plan.config, self._current
+        assert cur is not None
+        change = f"{cur.describe()} -> {cand.describe()}"
         if cand == cur:
             self._reset_pending()
-            return self._record(now, plan, "hold", cur_cpt, "current configuration is the plan")
+            return "hold", "current configuration is the plan"
+        floor = self.settings.cost.q_min if self.q_min is None else self.q_min
+        if not _feasible(self.settings, self._model, [cur.precision], floor)[0]:
+            # Quality floor and hardware are constraints, not costs: no hysteresis for them.
+            self._reset_pending()
+            return "switch", f"{cur.precision} is not feasible here: switch {change}"
         if plan.expected_cpt >= (1.0 - pol.hysteresis) * cur_cpt:
             self._reset_pending()
             gain = 100.0 * (1.0 - plan.expected_cpt / cur_cpt)
-            note = f"gain {gain:.1f}% below hysteresis {100 * pol.hysteresis:.0f}%"
-            return self._record(now, plan, "hold", cur_cpt, note)
+            return "hold", f"gain {gain:.1f}% below hysteresis {100 * pol.hysteresis:.0f}%"
         if self._last_switch is not None and now - self._last_switch <= pol.dwell_s:
             self._reset_pending()
             waited = now - self._last_switch
-            note = f"dwell: {waited:.0f}s since last switch <= {pol.dwell_s:.0f}s"
-            return self._record(now, plan, "hold", cur_cpt, note)
+            return "hold", f"dwell: {waited:.0f}s since last switch <= {pol.dwell_s:.0f}s"
         self._pending_count = self._pending_count + 1 if self._pending == cand else 1
         self._pending = cand
-        if self._pending_count >= pol.confirmations:
-            self._switch(cand, now)
-            note = f"switched {cur.describe()} -> {cand.describe()}"
-            return self._record(now, plan, "switch", cur_cpt, note)
-        note = f"confirmation {self._pending_count}/{pol.confirmations} for {cand.describe()}"
-        return self._record(now, plan, "pending", cur_cpt, note)
+        if self._pending_count < pol.confirmations:
+            return "pending", (
+                f"confirmation {self._pending_count}/{pol.confirmations} for {cand.describe()}"
+            )
+        # Following, a switch is advice: it stands until the tier runs it or the plan moves.
+        applied = "switch {} (confirmed, not applied)" if self._following else "switched {}"
+        return "switch", applied.format(change)
 
     def _switch(self, cand: TierConfig, now: float) -> None:
         self._current = cand
@@ -436,9 +523,31 @@ class Planner:
         self._pending_count = 0
 
     def _record(
-        self, now: float, plan: TierPlan, action: Action, current_cpt: float, note: str
+        self,
+        now: float,
+        plan: TierPlan,
+        action: Action,
+        current_cpt: float,
+        *,
+        note: str,
+        regime: Regime,
     ) -> PlannerStep:
         assert self._current is not None
+        advice = plan
+        if plan.config != self._current and action != "switch":
+            try:
+                held = plan_tier(
+                    regime,
+                    self.settings,
+                    self.candidates,
+                    self._current,
+                    q_min=self.q_min,
+                    hold=True,
+                )
+            except PlanningError:  # the current configuration is no longer feasible
+                held = None
+            if held is not None:
+                advice = replace(held, reasons=[f"held: {note}", *held.reasons])
         return PlannerStep(
             now=now,
             plan=plan,
@@ -448,4 +557,5 @@ class Planner:
             pending=self._pending,
             pending_count=self._pending_count,
             note=note,
+            advice=advice,
         )

@@ -237,7 +237,10 @@ def test_plan_from_trace(shared_data: Path) -> None:
     assert azure["tiers"]["default"]["regime"]["rho"] == 0.0
     # Length-only traces cannot show rho or r: the 0 they are planned with is said out loud.
     result = runner.invoke(app, ["plan", "--trace", str(trace), "--json"])
-    assert "cannot measure r (mooncake trace); planned as 0" in result.stderr
+    assert (
+        "cannot measure r (mooncake trace); its flag stays as --current when given, else it is planned as 0"
+        in result.stderr
+    )
 
 
 def test_plan_from_chat_trace_needs_concurrency(shared_data: Path) -> None:

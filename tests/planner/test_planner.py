@@ -184,3 +184,65 @@ def test_planner_hysteresis() -> None:
     step = planner.step(10.0, small_gain)
     assert step.plan.prefix_caching and step.action == "hold" and "hysteresis" in step.note
     assert planner.current == current
+
+
+def test_unmeasured_toggle_stays_as_the_tier_runs_it() -> None:
+    # rho and r both high enough to turn both flags on at fp16 (see the pending test above).
+    copying = Regime(32, 0.9, 0.9)
+    both = plan_tier(copying, B200, ("fp16",))
+    assert both.speculative and both.prefix_caching
+    running = TierConfig("fp16", False, False)
+    no_rho = Regime(32, 0.0, 0.9, rho_known=False)
+    plan = plan_tier(no_rho, B200, ("fp16",), current=running)
+    assert plan.speculative and not plan.prefix_caching  # r measured, rho not: kept off
+    reason = next(r for r in plan.reasons if r.startswith("prefix caching"))
+    assert "not measured yet" in reason and "kept as the tier runs it" in reason
+    kept_on = plan_tier(no_rho, B200, ("fp16",), current=TierConfig("fp16", False, True))
+    assert kept_on.prefix_caching  # 0 would turn it off: the stand-in is not evidence
+    # Nothing runs yet (offline planning): the stand-in 0 decides, and the reason says so.
+    fresh = plan_tier(Regime(32, 0.9, 0.0, r_known=False), B200, ("fp16",))
+    assert not fresh.speculative and fresh.prefix_caching
+    assert any("r taken as 0" in r for r in fresh.reasons)
+
+
+def test_following_planner_measures_against_the_running_flags() -> None:
+    copying = Regime(32, 0.9, 0.9)
+    planner = Planner(_policy(dwell_s=600, confirmations=2, hysteresis=0.05), ("fp16",))
+    running = TierConfig("fp16", False, False)
+    planner.follow(running, 0.0)
+    assert planner.last_switch is None  # deployed before it was watched: no dwell
+    first = planner.step(10.0, copying)
+    assert first.action == "pending" and first.plan.config == TierConfig("fp16", True, True)
+    # Until confirmed, the advice is what runs, described under this regime.
+    assert first.advice.config == running and first.advice.reasons[0].startswith("held:")
+    assert first.advice.expected_cpt > first.plan.expected_cpt
+    planner.follow(running, 20.0)
+    second = planner.step(20.0, copying)
+    assert second.action == "switch" and second.advice.config == second.plan.config
+    # The switch is advice: the planner keeps measuring against what runs, and the advice
+    # stands (no new round of confirmations) until the tier is restarted with it.
+    assert planner.current == running
+    planner.follow(running, 30.0)
+    assert planner.step(30.0, copying).action == "switch"
+    applied = TierConfig("fp16", True, True)
+    planner.follow(applied, 40.0)
+    assert planner.last_switch == 40.0
+    held = planner.step(40.0, copying)
+    assert held.action == "hold" and held.advice.config == applied
+    # The dwell counts from the observed restart: a reversal right after it waits.
+    planner.follow(applied, 100.0)
+    quiet = planner.step(100.0, Regime(32, 0.0, 0.0))
+    assert quiet.action == "hold" and "dwell" in quiet.note
+    assert quiet.advice.config == applied
+
+
+def test_an_infeasible_current_is_switched_without_hysteresis() -> None:
+    # The running fp8 (Q 0.995) is below a 0.999 floor and cheaper than fp16, in the dwell: the
+    # floor is a constraint, so neither the cost gain, the dwell nor confirmations hold it.
+    planner = Planner(_policy(dwell_s=600, confirmations=3), ("fp8", "fp16"), q_min=0.999)
+    planner.follow(TierConfig("fp8", False, False), 0.0)
+    planner.follow(TierConfig("fp8", False, False), 1.0)
+    step = planner.step(10.0, OPEN_CHAT)
+    assert step.action == "switch" and "not feasible" in step.note
+    assert step.advice.config == step.plan.config and step.plan.precision == "fp16"
+    assert step.current_cpt < step.plan.expected_cpt
