@@ -256,30 +256,32 @@ def _explain(
             f"{p} ties {others} on decode cost; broken by CPT with recomputed toggles, "
             f"then Q ({m.quality(p):.3f}), native compute, eta ({m.eta(p):.3f})"
         )
-    reasons.append(
-        _toggle_reason(
+    spec_detail = f" (eta {m.eta(p):.3f}, R {m.spec_step_inflation(p, b_eff, None, ev.ctx):.4f})"
+    toggles = (
+        (
             "prefix caching",
             plan.prefix_caching,
-            symbol="rho",
-            value=g.rho,
-            star=rho_star,
-            known=g.rho_known,
-            current=current,
-            detail=f" at B_eff {b_eff:g}, L_in {ev.l_in:g}",
-        )
+            "rho",
+            g.rho,
+            rho_star,
+            g.rho_known,
+            f" at B_eff {b_eff:g}, L_in {ev.l_in:g}",
+        ),
+        ("speculation", plan.speculative, "r", g.r, r_star, g.r_known, spec_detail),
     )
-    reasons.append(
-        _toggle_reason(
-            "speculation",
-            plan.speculative,
-            symbol="r",
-            value=g.r,
-            star=r_star,
-            known=g.r_known,
-            current=current,
-            detail=f" (eta {m.eta(p):.3f}, R {m.spec_step_inflation(p, b_eff, None, ev.ctx):.4f})",
+    for flag, on, symbol, value, star, known, detail in toggles:
+        reasons.append(
+            _toggle_reason(
+                flag,
+                on,
+                symbol=symbol,
+                value=value,
+                star=star,
+                known=known,
+                current=current,
+                detail=detail,
+            )
         )
-    )
     if (
         current is not None
         and current.precision != p
