@@ -85,6 +85,19 @@ def flags_from_snapshot(snapshot: VllmMetricsSnapshot) -> RunningFlags:
     )
 
 
+def first_prompt(request: dict[str, Any]) -> str | list[int] | None:
+    """The prompt of a sampled request that choice 0 answers: None for chat (its messages),
+    the text or token ids of a completions prompt, the first of a list of prompts."""
+    if "messages" in request:
+        return None
+    prompt = request.get("prompt")
+    if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int):
+        prompt = prompt[0]
+    if isinstance(prompt, list):
+        return [int(token) for token in prompt]
+    return str(prompt)
+
+
 def regime_of(report: RegimeReport) -> Regime | None:
     """The planner's input from a report, preferring engine counters where they exist
     (b.1 step 1); None while the tier has seen no traffic."""
@@ -275,12 +288,16 @@ class LiveObserver:
             return
         served = state.tier.served_model_name
         request = sample.request
-        if "messages" in request:
-            query: dict[str, Any] = {"model": served, "messages": request["messages"]}
+        prompt = first_prompt(request)
+        if isinstance(prompt, list):
+            prompt_ids: list[int] | None = prompt  # already token ids
         else:
-            prompt = request.get("prompt")
-            query = {"model": served, "prompt": prompt if isinstance(prompt, str) else str(prompt)}
-        prompt_ids = await upstream.tokenize(endpoint, query)
+            query: dict[str, Any] = {"model": served}
+            if prompt is None:
+                query["messages"] = request["messages"]
+            else:
+                query["prompt"] = prompt
+            prompt_ids = await upstream.tokenize(endpoint, query)
         texts = completion_texts(sample.body)
         completion_ids = (
             await upstream.tokenize(
@@ -289,7 +306,7 @@ class LiveObserver:
             if texts and texts[0]
             else None
         )
-        if prompt_ids is None:
+        if not prompt_ids:
             return
         tracker = state.tracker
         tracker.prompt_sampled(sample.tier, sample.tenant, sample.at, prompt_ids)
@@ -439,6 +456,7 @@ __all__ = [
     "LiveObserver",
     "RunningFlags",
     "Sample",
+    "first_prompt",
     "flags_from_args",
     "flags_from_snapshot",
     "regime_of",

@@ -25,6 +25,7 @@ from gateway.protocol import EndpointKind, RequestLimits, parse_request
 from gateway.sim import textgen, tokenizer
 from gateway.sim.engine import Engine, EngineConfig, Sequence, SequenceGroup
 from gateway.sim.faults import Faults
+from gateway.sim.logprobs import chat_logprobs, completion_logprobs
 from gateway.sim.metrics import SimCollector, exposition
 from gateway.sim.streaming import StreamDropped, StreamWriter, response_id
 
@@ -80,6 +81,7 @@ class Prepared:
     stream: bool
     include_usage: bool
     tool_call: dict[str, Any] | None
+    top_logprobs: int | None  # None: no logprobs asked for
 
 
 class SimServer:
@@ -233,63 +235,75 @@ class SimServer:
         if kind == "chat":
             messages = request["messages"]
             text = "\n".join(tokenizer.content_text(m.get("content")) for m in messages)
-            rendered = tokenizer.chat_prompt(messages)
+            prompts = [(text, tokenizer.chat_prompt(messages))]
         else:
-            prompt = request["prompt"]
-            text = rendered = prompt if isinstance(prompt, str) else " ".join(map(str, prompt))
-        prompt_ids = tokenizer.encode(rendered)
-        text_pieces = tokenizer.pieces(text)
-        if len(prompt_ids) >= self.config.max_model_len:
-            raise SimError(
-                400,
-                f"This model's maximum context length is {self.config.max_model_len} tokens. "
-                f"However, your request has {len(prompt_ids)} input tokens.",
-            )
-        max_tokens = request.get("max_completion_tokens") or request.get("max_tokens")
-        budget = self.config.max_model_len - len(prompt_ids)
-        if max_tokens is not None and max_tokens > budget:
-            raise SimError(
-                400,
-                f"'max_tokens' is too large: {max_tokens}. This model's maximum context length "
-                f"is {self.config.max_model_len} tokens and your request has "
-                f"{len(prompt_ids)} input tokens.",
-                "max_tokens",
-            )
-        limit = max_tokens if max_tokens is not None else budget
+            prompts = [(prompt, prompt) for prompt in _prompt_texts(request["prompt"])]
+            if not prompts:
+                raise SimError(400, "The prompt must not be empty.", "prompt")
         tool_call = self._tool_call(request) if kind == "chat" else None
         stops = request.get("stop")
         stop_set = {stops} if isinstance(stops, str) else set(stops or ())
-        sequences = []
-        for choice in range(request.get("n") or 1):
-            pieces = textgen.answer(
-                text,
-                text_pieces,
-                self.config.precision,
-                request_seed=request.get("seed"),
-                choice=choice,
-                length=limit if request.get("ignore_eos") else None,
-            )
-            if tool_call is not None:
-                pieces = tokenizer.pieces(tool_call["function"]["arguments"])
-            reason = "tool_calls" if tool_call is not None else "stop"
-            for index, piece in enumerate(pieces):
-                if piece in stop_set:
-                    pieces = pieces[:index]
-                    break
-            if len(pieces) > limit:
-                pieces, reason = pieces[:limit], "length"
-            sequences.append(Sequence(prompt_ids=prompt_ids, answer=pieces, finish_reason=reason))
+        sequences: list[Sequence] = []
+        prompt_tokens = 0
+        # One request answers every prompt, each with n choices: choice index = prompt * n + i.
+        for text, rendered in prompts:
+            prompt_ids = tokenizer.encode(rendered)
+            limit = self._token_budget(request, len(prompt_ids))
+            prompt_tokens += len(prompt_ids)
+            text_pieces = tokenizer.pieces(text)
+            for choice in range(request.get("n") or 1):
+                pieces = textgen.answer(
+                    text,
+                    text_pieces,
+                    self.config.precision,
+                    request_seed=request.get("seed"),
+                    choice=choice,
+                    length=limit if request.get("ignore_eos") else None,
+                )
+                if tool_call is not None:
+                    pieces = tokenizer.pieces(tool_call["function"]["arguments"])
+                reason = "tool_calls" if tool_call is not None else "stop"
+                for index, piece in enumerate(pieces):
+                    if piece in stop_set:
+                        pieces = pieces[:index]
+                        break
+                if len(pieces) > limit:
+                    pieces, reason = pieces[:limit], "length"
+                sequences.append(
+                    Sequence(prompt_ids=prompt_ids, answer=pieces, finish_reason=reason)
+                )
         stream = request.get("stream") is True
         options = request.get("stream_options") or {}
         return Prepared(
             request=request,
             kind=kind,
             group=SequenceGroup(sequences),
-            prompt_tokens=len(prompt_ids),
+            prompt_tokens=prompt_tokens,
             stream=stream,
             include_usage=bool(options.get("include_usage")),
             tool_call=tool_call,
+            top_logprobs=_top_logprobs(kind, request),
         )
+
+    def _token_budget(self, request: dict[str, Any], prompt_tokens: int) -> int:
+        """The tokens an answer may have; vLLM's errors for a prompt or max_tokens too long."""
+        max_model_len = self.config.max_model_len
+        if prompt_tokens >= max_model_len:
+            raise SimError(
+                400,
+                f"This model's maximum context length is {max_model_len} tokens. "
+                f"However, your request has {prompt_tokens} input tokens.",
+            )
+        max_tokens = request.get("max_completion_tokens") or request.get("max_tokens")
+        budget = max_model_len - prompt_tokens
+        if max_tokens is not None and max_tokens > budget:
+            raise SimError(
+                400,
+                f"'max_tokens' is too large: {max_tokens}. This model's maximum context length "
+                f"is {max_model_len} tokens and your request has {prompt_tokens} input tokens.",
+                "max_tokens",
+            )
+        return int(max_tokens) if max_tokens is not None else budget
 
     @staticmethod
     def _tool_call(request: dict[str, Any]) -> dict[str, Any] | None:
@@ -321,14 +335,16 @@ class SimServer:
 
     def _full_response(self, prepared: Prepared) -> dict[str, Any]:
         choices: list[dict[str, Any]] = []
+        top = prepared.top_logprobs
         for index, seq in enumerate(prepared.group.sequences):
-            text = textgen.detokenize(seq.answer[: seq.emitted])
+            pieces = seq.answer[: seq.emitted]
+            text = textgen.detokenize(pieces)
             if prepared.kind == "completions":
                 choices.append(
                     {
                         "index": index,
                         "text": text,
-                        "logprobs": None,
+                        "logprobs": None if top is None else completion_logprobs(pieces, 0, top, 0),
                         "finish_reason": seq.finish_reason,
                         "stop_reason": None,
                     }
@@ -342,7 +358,7 @@ class SimServer:
                 {
                     "index": index,
                     "message": message,
-                    "logprobs": None,
+                    "logprobs": None if top is None else chat_logprobs(pieces, 0, top),
                     "finish_reason": seq.finish_reason,
                     "stop_reason": None,
                 }
@@ -365,6 +381,7 @@ class SimServer:
             self.served_model_name,
             prepared.tool_call,
             faults.drop_after_chunks if drop else None,
+            top_logprobs=prepared.top_logprobs,
         )
         group = prepared.group
         try:
@@ -455,6 +472,31 @@ class SimServer:
             "finished": dict(counters.finished),
             "precision": self.config.precision,
         }
+
+
+def _prompt_texts(prompt: str | list[Any]) -> list[str]:
+    """The prompts of a completions request: a string, a list of strings, one prompt of token
+    ids, or a list of those (ids are read as text: the simulator has no vocabulary)."""
+    if isinstance(prompt, str):
+        return [prompt]
+    if prompt and all(isinstance(item, int) for item in prompt):
+        return [" ".join(map(str, prompt))]
+    return [item if isinstance(item, str) else " ".join(map(str, item)) for item in prompt]
+
+
+def _top_logprobs(kind: EndpointKind, request: dict[str, Any]) -> int | None:
+    """How many alternatives per token the request wants, None for no logprobs at all."""
+    if kind == "completions":
+        value = request.get("logprobs")
+        return None if value is None else int(value)
+    top = request.get("top_logprobs")
+    if request.get("logprobs") is not True:
+        if top:
+            raise SimError(
+                400, "when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs"
+            )
+        return None
+    return int(top or 0)
 
 
 async def _read(receive: Receive) -> bytes:

@@ -12,6 +12,7 @@ import orjson
 from gateway.protocol import EndpointKind
 from gateway.sim import textgen
 from gateway.sim.engine import Sequence
+from gateway.sim.logprobs import chat_logprobs, completion_logprobs
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -42,11 +43,15 @@ class StreamWriter:
         model: str,
         tool_call: dict[str, Any] | None,
         drop_after: int | None,
+        *,
+        top_logprobs: int | None = None,
     ) -> None:
         self._send = send
         self.chat = kind == "chat"
         self.tool_call = tool_call
         self.drop_after = drop_after
+        self.top_logprobs = top_logprobs
+        self._text_offsets: dict[int, int] = {}  # per choice: characters streamed so far
         self.events = 0
         self._head = {
             "id": response_id(kind),
@@ -86,6 +91,7 @@ class StreamWriter:
 
     def choice_for(self, index: int, seq: Sequence, first: bool) -> dict[str, Any] | None:
         """The event entry for what `seq` produced since the last event, if anything."""
+        start = seq.taken
         pieces = seq.take()
         entry: dict[str, Any] | None = None
         if pieces:
@@ -99,11 +105,22 @@ class StreamWriter:
                 entry = chat_delta(index, {"content": text})
             else:
                 entry = text_choice(index, text)
+            if entry is not None and self.top_logprobs is not None:
+                entry["logprobs"] = self._logprobs(index, pieces, start)
         if seq.done and not seq.aborted:
             if entry is None:
                 entry = chat_delta(index, {}) if self.chat else text_choice(index, "")
             entry["finish_reason"] = seq.finish_reason
         return entry
+
+    def _logprobs(self, index: int, pieces: list[str], start: int) -> dict[str, Any]:
+        top = self.top_logprobs or 0
+        if self.chat:
+            return chat_logprobs(pieces, start, top)
+        offset = self._text_offsets.get(index, 0)
+        logprobs = completion_logprobs(pieces, start, top, offset)
+        self._text_offsets[index] = offset + sum(len(token) for token in logprobs["tokens"])
+        return logprobs
 
 
 __all__ = ["StreamDropped", "StreamWriter", "chat_delta", "response_id", "text_choice"]

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import http.client
 import json
+import math
 import subprocess
 import sys
 import time
+from typing import Any
 
 import openai
 import pytest
@@ -88,6 +90,87 @@ def test_completions_stream_and_not(client: OpenAI) -> None:
     )
     assert "".join(c.choices[0].text for c in chunks if c.choices) == completion.choices[0].text
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 6
+
+
+def test_completions_answer_every_prompt_of_a_list(client: OpenAI) -> None:
+    prompts = ["Once upon a time", "Rewrite this: the quick brown fox"]
+    model = f"{MODEL}@bf16"
+    both = client.completions.create(model=model, prompt=prompts, max_tokens=5, n=2, seed=3)
+    # As vLLM: n choices per prompt, prompt-major, each prompt answered on its own.
+    assert [c.index for c in both.choices] == [0, 1, 2, 3]
+    alone = [
+        client.completions.create(model=model, prompt=prompt, max_tokens=5, n=2, seed=3)
+        for prompt in prompts
+    ]
+    assert [c.text for c in both.choices] == [c.text for one in alone for c in one.choices]
+    assert both.choices[0].text != both.choices[2].text
+    assert both.usage is not None
+    assert both.usage.prompt_tokens == sum(one.usage.prompt_tokens for one in alone if one.usage)
+    assert both.usage.completion_tokens == 4 * 5
+    streamed: dict[int, str] = {}
+    for chunk in client.completions.create(
+        model=model, prompt=prompts, max_tokens=5, n=2, seed=3, stream=True
+    ):
+        for choice in chunk.choices:
+            streamed[choice.index] = streamed.get(choice.index, "") + choice.text
+    assert streamed == {c.index: c.text for c in both.choices}
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(model=model, prompt=[], max_tokens=5)
+
+
+def test_logprobs_are_well_formed_and_match_the_text(client: OpenAI) -> None:
+    messages: Any = [{"role": "user", "content": "name three rivers"}]
+    chat = client.chat.completions.create(
+        model=MODEL, messages=messages, max_tokens=7, logprobs=True, top_logprobs=3
+    )
+    choice = chat.choices[0]
+    assert choice.logprobs is not None and choice.logprobs.content is not None
+    content = choice.logprobs.content
+    assert "".join(t.token for t in content) == choice.message.content and len(content) == 7
+    for token in content:
+        assert token.top_logprobs[0].token == token.token
+        ranked = [t.logprob for t in token.top_logprobs]
+        assert len(ranked) == 3 and ranked == sorted(ranked, reverse=True) and ranked[0] < 0
+        assert sum(math.exp(lp) for lp in ranked) <= 1.0
+        assert bytes(token.bytes or []).decode() == token.token
+    stream = client.chat.completions.create(
+        model=MODEL, messages=messages, max_tokens=7, logprobs=True, stream=True
+    )
+    tokens, text = [], ""
+    for chunk in stream:
+        for delta in chunk.choices:
+            text += delta.delta.content or ""
+            if delta.logprobs is not None and delta.logprobs.content is not None:
+                tokens += [t.token for t in delta.logprobs.content]
+                assert all(t.top_logprobs == [] for t in delta.logprobs.content)
+    assert "".join(tokens) == text == choice.message.content
+    plain = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=3)
+    assert plain.choices[0].logprobs is None  # not asked for, not sent
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model=MODEL, messages=messages, max_tokens=3, top_logprobs=2)
+    assert "logprobs" in str(refused.value)
+
+    completion = client.completions.create(
+        model=MODEL, prompt="Once upon a time", max_tokens=6, logprobs=2
+    )
+    text_choice = completion.choices[0]
+    logprobs = text_choice.logprobs
+    assert logprobs is not None and logprobs.tokens is not None
+    assert "".join(logprobs.tokens) == text_choice.text
+    assert logprobs.text_offset == [len("".join(logprobs.tokens[:i])) for i in range(6)]
+    assert logprobs.top_logprobs is not None
+    assert all(
+        len(top) == 2 and tok in top
+        for tok, top in zip(logprobs.tokens, logprobs.top_logprobs, strict=True)
+    )
+    offsets: list[int] = []
+    for chunk in client.completions.create(
+        model=MODEL, prompt="Once upon a time", max_tokens=6, logprobs=2, stream=True
+    ):
+        for part in chunk.choices:
+            if part.logprobs is not None and part.logprobs.text_offset is not None:
+                offsets += part.logprobs.text_offset
+    assert offsets == logprobs.text_offset
 
 
 def test_models_lists_public_name_and_pins(client: OpenAI) -> None:

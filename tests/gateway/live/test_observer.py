@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gateway.live.observer import flags_from_args, regime_of
+from gateway.live.observer import first_prompt, flags_from_args, regime_of
 from gateway.observer.regime import ConcurrencySummary, RegimeReport, RhoSummary, RSummary
 from tests.helpers import MODEL, GatewayThread, Ladder, Sim, free_port, send
 
@@ -169,3 +169,11 @@ def test_regime_plan_and_drift(observed: tuple[Ladder, GatewayThread]) -> None:
             )
     assert gw.metric("tiergate_regime_prefix_share", {"tier": "nvfp4", "source": "engine"}) > 0.5
     assert gw.metric("tiergate_regime_concurrency", {"tier": "bf16", "stat": "mean"}) > 0
+
+
+def test_first_prompt_is_what_choice_zero_answers() -> None:
+    assert first_prompt({"messages": [{"role": "user", "content": "hi"}]}) is None
+    assert first_prompt({"prompt": "once"}) == "once"
+    assert first_prompt({"prompt": ["first", "second"]}) == "first"
+    assert first_prompt({"prompt": [5, 6, 7]}) == [5, 6, 7]  # one prompt of token ids
+    assert first_prompt({"prompt": [[1, 2], [3]]}) == [1, 2]

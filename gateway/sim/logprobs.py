@@ -1,0 +1,90 @@
+"""Log-probabilities for simulated tokens, in vLLM's chat and completions shapes.
+
+The values are made up but consistent: a function of the token and its position, the sampled
+token is the most likely one, and the listed alternatives never take more than the rest of
+the probability mass. A client that parses logprobs gets well-formed, plausible numbers.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from typing import Any, Final
+
+from gateway.sim.textgen import WORDS
+
+MAX_LOGPROBS: Final = 20  # vLLM's default --max-logprobs
+
+
+def token_text(piece: str, position: int) -> str:
+    """The token as it appears in the answer: pieces after the first carry their space."""
+    return piece if position == 0 else " " + piece
+
+
+def _ranked(piece: str, position: int, top: int) -> list[tuple[str, float]]:
+    """The sampled token and `top - 1` alternatives, most likely first."""
+    token = token_text(piece, position)
+    spread = zlib.crc32(f"{position}\0{piece}".encode())
+    chosen = 0.5 + 0.49 * (spread % 1000) / 1000  # probability in [0.5, 0.99)
+    ranked = [(token, math.log(chosen))]
+    rest, share = 1.0 - chosen, 0.5
+    for k in range(1, top):
+        word = WORDS[(spread + 7919 * k) % len(WORDS)]
+        alternative = word if position == 0 else " " + word
+        if alternative == token:
+            alternative = alternative.upper()
+        ranked.append((alternative, math.log(rest * share)))
+        share /= 2.0
+    return ranked
+
+
+def _utf8(token: str) -> list[int]:
+    return list(token.encode("utf-8"))
+
+
+def chat_logprobs(pieces: list[str], start: int, top: int) -> dict[str, Any]:
+    """`choices[].logprobs` of a chat answer for `pieces`, the first at position `start`."""
+    content = []
+    for offset, piece in enumerate(pieces):
+        ranked = _ranked(piece, start + offset, max(top, 1))
+        token, logprob = ranked[0]
+        content.append(
+            {
+                "token": token,
+                "logprob": logprob,
+                "bytes": _utf8(token),
+                "top_logprobs": [
+                    {"token": t, "logprob": lp, "bytes": _utf8(t)} for t, lp in ranked[:top]
+                ],
+            }
+        )
+    return {"content": content}
+
+
+def completion_logprobs(
+    pieces: list[str], start: int, top: int, text_offset: int
+) -> dict[str, Any]:
+    """`choices[].logprobs` of a completion for `pieces`, the first at position `start` and at
+    character `text_offset` of the generated text. Every position lists the `top` most likely
+    tokens, the sampled one first (and that one alone when `top` is 0)."""
+    tokens: list[str] = []
+    token_logprobs: list[float] = []
+    top_logprobs: list[dict[str, float]] = []
+    offsets: list[int] = []
+    for offset, piece in enumerate(pieces):
+        ranked = _ranked(piece, start + offset, max(top, 1))
+        token, logprob = ranked[0]
+        tokens.append(token)
+        token_logprobs.append(logprob)
+        top_logprobs.append(dict(ranked[: max(top, 1)]))
+        offsets.append(text_offset)
+        text_offset += len(token)
+    return {
+        "text_offset": offsets,
+        "token_logprobs": token_logprobs,
+        "tokens": tokens,
+        "top_logprobs": top_logprobs,
+    }
+
+
+__all__ = ["MAX_LOGPROBS", "chat_logprobs", "completion_logprobs", "token_text"]
