@@ -237,8 +237,8 @@ def _trace_regime(
         )
     source = (
         f"trace {trace.name} ({doc['format']}): C mean {c:.2f}, "
-        f"rho {'n/a: 0' if rho is None else f'lru {rho:.3f} at {biggest} capacity'}, "
-        f"r {'n/a: 0' if r is None else f'r_iid {r:.3f}'}"
+        f"rho {'not measured' if rho is None else f'lru {rho:.3f} at {biggest} capacity'}, "
+        f"r {'not measured' if r is None else f'r_iid {r:.3f}'}"
     )
     lengths = doc["lengths"]
     regime = Regime(
@@ -254,7 +254,8 @@ def _trace_regime(
 
 
 def _current(text: str | None) -> TierConfig | None:
-    """`nvfp4,s=1,k=0` -> TierConfig."""
+    """`nvfp4,s=1,k=0` -> TierConfig; an omitted flag is vLLM's default (no speculation,
+    prefix caching on)."""
     from gateway.planner.planner import TierConfig
 
     if text is None:
@@ -264,7 +265,7 @@ def _current(text: str | None) -> TierConfig | None:
     return TierConfig(
         precision=_precision(head),
         speculative=flags.get("s", "0") in {"1", "true", "on"},
-        prefix_caching=flags.get("k", "0") in {"1", "true", "on"},
+        prefix_caching=flags.get("k", "1") in {"1", "true", "on"},
     )
 
 
@@ -375,7 +376,10 @@ def plan(
     ] = None,
     q_min: Annotated[float | None, typer.Option(help="quality floor Q_min")] = None,
     current: Annotated[
-        str | None, typer.Option(help="what the tier runs now, e.g. fp16,s=1,k=0")
+        str | None,
+        typer.Option(
+            help="what the tier runs now, e.g. fp16,s=1,k=0 (s, k default to vLLM's 0, 1)"
+        ),
     ] = None,
     concurrency: Annotated[float | None, typer.Option(help="C for traces without timing")] = None,
     reselect_precision: Annotated[

@@ -14,7 +14,7 @@ import logging
 import random
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,6 +98,17 @@ def first_prompt(request: dict[str, Any]) -> str | list[int] | None:
     return str(prompt)
 
 
+def agreed_flags(seen: Iterable[RunningFlags]) -> RunningFlags:
+    """The tier's flags from its endpoints': a flag is known when every endpoint agrees."""
+    flags = list(seen)
+    speculative = {f.speculative for f in flags}
+    prefix_caching = {f.prefix_caching for f in flags}
+    return RunningFlags(
+        speculative=speculative.pop() if len(speculative) == 1 else None,
+        prefix_caching=prefix_caching.pop() if len(prefix_caching) == 1 else None,
+    )
+
+
 def regime_of(report: RegimeReport) -> Regime | None:
     """The planner's input from a report, preferring engine counters where they exist
     (b.1 step 1); None while the tier has seen no traffic."""
@@ -129,6 +140,9 @@ class _TierState:
     tracker: RegimeTracker
     planner: Planner
     running: RunningFlags = field(default_factory=RunningFlags)
+    # Flags last scraped per endpoint: replicas that disagree (a rolling restart) leave the
+    # tier's flag unknown instead of flipping it with every scrape.
+    endpoint_flags: dict[str, RunningFlags] = field(default_factory=dict)
     last_step: PlannerStep | None = None
     last_regime: Regime | None = None
     note: str = "no traffic yet"
@@ -175,6 +189,12 @@ class LiveObserver:
         for tier in self.tiers():
             kept = self._states.get(tier.name)
             if kept is not None and kept.tier.settings.precision == tier.settings.precision:
+                urls = set(tier.settings.endpoints)  # replicas removed by the reload are gone
+                kept.endpoint_flags = {u: f for u, f in kept.endpoint_flags.items() if u in urls}
+                if tier.settings.vllm_args is not None:  # the operator says what runs now
+                    kept.running = flags_from_args(tier.settings.vllm_args)
+                else:
+                    kept.running = agreed_flags(kept.endpoint_flags.values())
                 kept.tier = tier
                 states[tier.name] = kept
                 continue
@@ -329,8 +349,9 @@ class LiveObserver:
                     continue
                 self._adopt_block_size(state, snapshot)
                 state.tracker.engine_snapshot(name, now, snapshot)
-                if state.tier.settings.vllm_args is None:
-                    state.running = flags_from_snapshot(snapshot)
+                state.endpoint_flags[endpoint.endpoint.url] = flags_from_snapshot(snapshot)
+            if state.tier.settings.vllm_args is None and state.endpoint_flags:
+                state.running = agreed_flags(state.endpoint_flags.values())
 
     def _adopt_block_size(self, state: _TierState, snapshot: VllmMetricsSnapshot) -> None:
         # Replay must hash blocks of the engine's size (vLLM on CPU uses 128, on GPU 16).
@@ -456,6 +477,7 @@ __all__ = [
     "LiveObserver",
     "RunningFlags",
     "Sample",
+    "agreed_flags",
     "first_prompt",
     "flags_from_args",
     "flags_from_snapshot",

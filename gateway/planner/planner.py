@@ -61,7 +61,8 @@ class Regime:
 
     `l_in`/`l_out` override the configured mean lengths when the observer measured them.
     `rho_known`/`r_known` are False while nothing measured that quantity yet: its value is
-    then a stand-in, and the flag it decides is kept as the tier runs it (when known).
+    then a stand-in, and the flag it decides is kept as in the current configuration (when
+    there is one).
     """
 
     concurrency: float
@@ -222,7 +223,7 @@ def _toggle_reason(
 ) -> str:
     state = "on" if on else "off"
     if not known:
-        basis = "kept as the tier runs it" if current is not None else f"{symbol} taken as 0"
+        basis = "kept as in the current configuration" if current else f"{symbol} taken as 0"
         return f"{flag} {state}: {symbol} not measured yet, no evidence ({basis})"
     star_text = "inf" if math.isinf(star) else f"{star:.4f}"
     relation = ">" if value > star else "<="
@@ -284,6 +285,8 @@ def _explain(
         )
     if (
         current is not None
+        and g.rho_known
+        and g.r_known  # else a toggle was kept, not recomputed: nothing to compare
         and current.precision != p
         and (
             (current.speculative, current.prefix_caching) != (plan.speculative, plan.prefix_caching)
@@ -330,7 +333,7 @@ def plan_tier(
         raise PlanningError(f"no feasible precision among {list(candidates)}: {dropped}")
 
     if hold:
-        if current is None or current.precision not in feasible:
+        if current is None or not _feasible(cfg, model, [current.precision], floor)[0]:
             raise PlanningError(f"cannot hold {current}: not a feasible configuration")
         chosen, tied = current.precision, [current.precision]
         _, _, rho_star, r_star = ev.toggles(chosen)
@@ -343,7 +346,7 @@ def plan_tier(
             cache = cache if regime.rho_known else current.prefix_caching
     plan = TierConfig(chosen, spec, cache)
     off_above: int | None = None
-    if spec and cfg.serve.batch_dependent_speculation:
+    if spec and cfg.serve.batch_dependent_speculation and regime.r_known:  # no r, no cutoff
         off_above = _speculation_cutoff(model, chosen, regime.r, ev.ctx)
     args = vllm_serve_args(
         chosen,
@@ -453,10 +456,14 @@ class Planner:
 
     def follow(self, running: TierConfig, now: float) -> None:
         """The configuration the tier is observed running with at `now`."""
-        if self._following and running != self._current:
+        if not self._following:
+            # Deployed before we watched: no dwell to honour, and no confirmations counted
+            # against what the planner assumed before it saw the tier.
+            self._last_switch = None
+            self._reset_pending()
+        elif running != self._current:
             self._last_switch = now  # the operator applied a change
-        elif not self._following and running != self._current:
-            self._last_switch = None  # deployed before we watched: no dwell to honour
+            self._reset_pending()
         self._following = True
         self._current = running
 
@@ -497,14 +504,15 @@ class Planner:
             # Quality floor and hardware are constraints, not costs: no hysteresis for them.
             self._reset_pending()
             return "switch", f"{cur.precision} is not feasible here: switch {change}"
-        if plan.expected_cpt >= (1.0 - pol.hysteresis) * cur_cpt:
+        standing = self._pending == cand and self._pending_count >= pol.confirmations
+        if self._following and standing:
+            # Confirmed advice stands while it stays the plan: hysteresis guards the move to
+            # a candidate, not each evaluation after it (a gain dipping under h would drop it).
+            return "switch", f"switch {change} (confirmed, not applied)"
+        held = self._held_by(now, plan.expected_cpt, cur_cpt)
+        if held is not None:
             self._reset_pending()
-            gain = 100.0 * (1.0 - plan.expected_cpt / cur_cpt)
-            return "hold", f"gain {gain:.1f}% below hysteresis {100 * pol.hysteresis:.0f}%"
-        if self._last_switch is not None and now - self._last_switch <= pol.dwell_s:
-            self._reset_pending()
-            waited = now - self._last_switch
-            return "hold", f"dwell: {waited:.0f}s since last switch <= {pol.dwell_s:.0f}s"
+            return "hold", held
         self._pending_count = self._pending_count + 1 if self._pending == cand else 1
         self._pending = cand
         if self._pending_count < pol.confirmations:
@@ -514,6 +522,17 @@ class Planner:
         # Following, a switch is advice: it stands until the tier runs it or the plan moves.
         applied = "switch {} (confirmed, not applied)" if self._following else "switched {}"
         return "switch", applied.format(change)
+
+    def _held_by(self, now: float, cand_cpt: float, cur_cpt: float) -> str | None:
+        """Why a better candidate may not move yet: hysteresis or dwell; None when it may."""
+        pol = self.settings.policy
+        if cand_cpt >= (1.0 - pol.hysteresis) * cur_cpt:
+            gain = 100.0 * (1.0 - cand_cpt / cur_cpt)
+            return f"gain {gain:.1f}% below hysteresis {100 * pol.hysteresis:.0f}%"
+        if self._last_switch is not None and now - self._last_switch <= pol.dwell_s:
+            waited = now - self._last_switch
+            return f"dwell: {waited:.0f}s since last switch <= {pol.dwell_s:.0f}s"
+        return None
 
     def _switch(self, cand: TierConfig, now: float) -> None:
         self._current = cand
@@ -537,19 +556,11 @@ class Planner:
         assert self._current is not None
         advice = plan
         if plan.config != self._current and action != "switch":
-            try:
-                held = plan_tier(
-                    regime,
-                    self.settings,
-                    self.candidates,
-                    self._current,
-                    q_min=self.q_min,
-                    hold=True,
-                )
-            except PlanningError:  # the current configuration is no longer feasible
-                held = None
-            if held is not None:
-                advice = replace(held, reasons=[f"held: {note}", *held.reasons])
+            # Never infeasible here: _verdict switches away from an infeasible current.
+            held = plan_tier(
+                regime, self.settings, self.candidates, self._current, q_min=self.q_min, hold=True
+            )
+            advice = replace(held, reasons=[f"held: {note}", *held.reasons])
         return PlannerStep(
             now=now,
             plan=plan,

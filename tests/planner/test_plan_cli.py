@@ -14,6 +14,8 @@ import yaml
 from typer.testing import CliRunner
 
 from gateway.cli.main import app
+from gateway.cli.plan_cmd import _current
+from gateway.planner.planner import TierConfig
 
 runner = CliRunner()
 
@@ -247,3 +249,8 @@ def test_plan_from_chat_trace_needs_concurrency(shared_data: Path) -> None:
     chat = shared_data / "traces" / "sharegpt" / "ShareGPT_V3_filtered_1000.json"
     missing = runner.invoke(app, ["plan", "--trace", str(chat)])
     assert missing.exit_code == 2 and "--concurrency" in missing.output
+
+
+def test_current_flags_default_to_vllms() -> None:
+    assert _current("fp8") == TierConfig("fp8", speculative=False, prefix_caching=True)
+    assert _current("fp8,s=1,k=0") == TierConfig("fp8", speculative=True, prefix_caching=False)

@@ -196,7 +196,7 @@ def test_unmeasured_toggle_stays_as_the_tier_runs_it() -> None:
     plan = plan_tier(no_rho, B200, ("fp16",), current=running)
     assert plan.speculative and not plan.prefix_caching  # r measured, rho not: kept off
     reason = next(r for r in plan.reasons if r.startswith("prefix caching"))
-    assert "not measured yet" in reason and "kept as the tier runs it" in reason
+    assert "not measured yet" in reason and "kept as in the current configuration" in reason
     kept_on = plan_tier(no_rho, B200, ("fp16",), current=TierConfig("fp16", False, True))
     assert kept_on.prefix_caching  # 0 would turn it off: the stand-in is not evidence
     # Nothing runs yet (offline planning): the stand-in 0 decides, and the reason says so.
@@ -246,3 +246,47 @@ def test_an_infeasible_current_is_switched_without_hysteresis() -> None:
     assert step.action == "switch" and "not feasible" in step.note
     assert step.advice.config == step.plan.config and step.plan.precision == "fp16"
     assert step.current_cpt < step.plan.expected_cpt
+
+
+def test_unmeasured_r_keeps_speculation_without_a_batch_cutoff() -> None:
+    settings = settings_from_mapping({"serve": {"batch_dependent_speculation": True}})
+    speculating = TierConfig("fp16", True, False)
+    plan = plan_tier(Regime(32, 0.0, 0.0, r_known=False), settings, ("fp16",), speculating)
+    assert plan.speculative  # r 0 would turn it off: the stand-in is not evidence
+    spec = plan.vllm_args[plan.vllm_args.index("--speculative-config") + 1]
+    assert "num_speculative_tokens_per_batch_size" not in spec  # a cutoff needs r
+    assert any(r.startswith("speculation on: r not measured yet") for r in plan.reasons)
+
+
+def test_confirmed_advice_stands_through_a_dip_inside_the_hysteresis_band() -> None:
+    planner = Planner(_policy(dwell_s=0, confirmations=2, hysteresis=0.05), ("fp16",))
+    running = TierConfig("fp16", False, False)
+    pays = Regime(32, 0.0, 0.9)  # speculation pays well
+    steps = []
+    for i, regime in enumerate([pays, pays, Regime(32, 0.0, 0.10), pays]):
+        planner.follow(running, 10.0 * i)
+        steps.append(planner.step(10.0 * i, regime))
+    # The third regime still plans speculation, but gains less than h (2 %) over what runs.
+    assert steps[2].plan.speculative
+    assert 0.95 * steps[2].current_cpt < steps[2].plan.expected_cpt < steps[2].current_cpt
+    assert [s.action for s in steps] == ["pending", "switch", "switch", "switch"]
+    assert all(s.advice.speculative for s in steps[1:])
+
+
+def test_first_follow_forgets_what_the_planner_assumed_before() -> None:
+    planner = Planner(_policy(dwell_s=600, confirmations=2), ("fp16",))
+    first = planner.step(60.0, Regime(32, 0.0, 0.0))  # before any scrape: offline
+    assert first.action == "initial" and planner.last_switch == 60.0
+    planner.follow(first.plan.config, 75.0)  # it runs what was advised, since before 60 s
+    assert planner.last_switch is None
+    step = planner.step(80.0, Regime(32, 0.0, 0.9))
+    assert step.action == "pending" and "dwell" not in step.note
+
+
+def test_held_advice_describes_a_running_precision_outside_the_candidates() -> None:
+    planner = Planner(_policy(dwell_s=0, confirmations=3), PAPER_CANDIDATES)
+    running = TierConfig("bf16", False, False)  # feasible, not among the candidates
+    planner.follow(running, 0.0)
+    step = planner.step(10.0, OPEN_CHAT)
+    assert step.action == "pending" and step.plan.precision == "nvfp4"
+    assert step.advice.config == running  # not the unconfirmed candidate

@@ -9,8 +9,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from gateway.backends.tier import TierBackend
-from gateway.config import parse_settings
-from gateway.live.observer import LiveObserver
+from gateway.config import Settings, parse_settings
+from gateway.live.observer import LiveObserver, RunningFlags, agreed_flags
 from gateway.metrics import GatewayMetrics
 from gateway.observer.regime import (
     ConcurrencySummary,
@@ -43,6 +43,19 @@ class Loop:
     """A LiveObserver over one bf16 tier running without speculation, with prefix caching."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        settings, tier = self.config(["--enable-prefix-caching"])
+        self.registry = CollectorRegistry()
+        self.tiers = [tier]
+        self.now = 0.0
+        self.observer = LiveObserver(
+            settings, GatewayMetrics(self.registry), lambda: self.tiers, clock=lambda: self.now
+        )
+        self.observer.configure(settings)
+        self.regime = report(None, None)
+        monkeypatch.setattr(RegimeTracker, "report", lambda _tracker, _tier, _now: self.regime)
+
+    @staticmethod
+    def config(vllm_args: list[str]) -> tuple[Settings, TierBackend]:
         settings = parse_settings(
             {
                 "model": "m",
@@ -52,22 +65,19 @@ class Loop:
                         "name": TIER,
                         "precision": TIER,
                         "endpoints": ["http://127.0.0.1:9/v1"],
-                        "vllm_args": ["--enable-prefix-caching"],
+                        "vllm_args": vllm_args,
                     },
                 ],
                 "tenants": [{"name": "default", "api_keys": ["k"]}],
                 "planner": {"policy": {"dwell_s": 0, "confirmations": 2, "hysteresis": 0.05}},
             }
         )
-        self.registry = CollectorRegistry()
-        tier = TierBackend(1, TIER, settings.tiers[1], "m")  # the only tier observed here
-        self.now = 0.0
-        self.observer = LiveObserver(
-            settings, GatewayMetrics(self.registry), lambda: [tier], clock=lambda: self.now
-        )
+        return settings, TierBackend(1, TIER, settings.tiers[1], "m")  # the only one observed
+
+    def reload(self, vllm_args: list[str]) -> None:
+        settings, tier = self.config(vllm_args)
+        self.tiers = [tier]
         self.observer.configure(settings)
-        self.regime = report(None, None)
-        monkeypatch.setattr(RegimeTracker, "report", lambda _tracker, _tier, _now: self.regime)
 
     def plan(self, rho: float | None, r: float | None) -> dict[str, Any]:
         self.now += 60.0
@@ -112,3 +122,35 @@ def test_an_unmeasured_rho_keeps_prefix_caching_as_it_runs(
     assert measured["regime"]["rho"] == 0.0
     assert measured["action"] == "pending"
     assert measured["candidate"]["prefix_caching"] is False
+
+
+def test_an_unmeasured_r_keeps_speculation_as_it_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    loop = Loop(monkeypatch)
+    loop.reload(["--speculative-config", '{"method": "ngram"}', "--enable-prefix-caching"])
+    entry = loop.plan(0.0, None)  # prompts measured (nothing shared), no answer sampled yet
+    assert entry["regime"]["r"] is None and entry["regime"]["rho"] == 0.0
+    # rho 0 is evidence: the cache goes off after confirmations; speculation stays on.
+    assert entry["candidate"]["speculative"] is True
+    assert entry["candidate"]["prefix_caching"] is False
+    assert loop.gauge("tiergate_flag_drift", "speculative_decoding") == 0.0
+
+
+def test_a_reload_that_restarts_the_tier_is_what_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    loop = Loop(monkeypatch)
+    for _ in range(2):
+        advised = loop.plan(None, 0.9)
+    assert advised["action"] == "switch" and advised["drift"]["speculative"] is True
+    # The operator applies the advice and reloads the gateway with the new arguments.
+    loop.reload(["--speculative-config", '{"method": "ngram"}', "--enable-prefix-caching"])
+    applied = loop.plan(None, 0.9)
+    assert applied["running"] == {"speculative": True, "prefix_caching": True}
+    assert applied["action"] == "hold" and "candidate" not in applied
+    assert applied["drift"] == {"speculative": False, "prefix_caching": False}
+    assert loop.gauge("tiergate_flag_drift", "speculative_decoding") == 0.0
+
+
+def test_replicas_that_disagree_leave_the_flag_unknown() -> None:
+    on, off = RunningFlags(True, True), RunningFlags(False, True)
+    assert agreed_flags([on, on]).as_tuple() == (True, True)
+    assert agreed_flags([on, off]).as_tuple() == (None, True)
+    assert agreed_flags([]).as_tuple() == (None, None)
