@@ -27,7 +27,7 @@ from gateway.sim.engine import Engine, EngineConfig, Sequence, SequenceGroup
 from gateway.sim.faults import Faults
 from gateway.sim.logprobs import chat_logprobs, completion_logprobs
 from gateway.sim.metrics import SimCollector, exposition
-from gateway.sim.streaming import StreamDropped, StreamWriter, response_id
+from gateway.sim.streaming import SYSTEM_FINGERPRINT, StreamDropped, StreamWriter, response_id
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -232,6 +232,9 @@ class SimServer:
             raise SimError(400, str(exc)) from None
         if request["model"] != self.served_model_name:
             raise SimError(404, f"The model `{request['model']}` does not exist.", "model")
+        choices = request.get("n") or 1
+        if choices > 1 and request.get("temperature") == 0:
+            raise SimError(400, f"n must be 1 when using greedy sampling, got {choices}.")
         if kind == "chat":
             messages = request["messages"]
             text = "\n".join(tokenizer.content_text(m.get("content")) for m in messages)
@@ -239,36 +242,17 @@ class SimServer:
         else:
             prompts = [(prompt, prompt) for prompt in _prompt_texts(request["prompt"])]
             if not prompts:
-                raise SimError(400, "The prompt must not be empty.", "prompt")
+                raise SimError(400, "You must pass at least one prompt")
         tool_call = self._tool_call(request) if kind == "chat" else None
-        stops = request.get("stop")
-        stop_set = {stops} if isinstance(stops, str) else set(stops or ())
         sequences: list[Sequence] = []
         prompt_tokens = 0
         # One request answers every prompt, each with n choices: choice index = prompt * n + i.
         for text, rendered in prompts:
             prompt_ids = tokenizer.encode(rendered)
-            limit = self._token_budget(request, len(prompt_ids))
             prompt_tokens += len(prompt_ids)
-            text_pieces = tokenizer.pieces(text)
-            for choice in range(request.get("n") or 1):
-                pieces = textgen.answer(
-                    text,
-                    text_pieces,
-                    self.config.precision,
-                    request_seed=request.get("seed"),
-                    choice=choice,
-                    length=limit if request.get("ignore_eos") else None,
-                )
-                if tool_call is not None:
-                    pieces = tokenizer.pieces(tool_call["function"]["arguments"])
-                reason = "tool_calls" if tool_call is not None else "stop"
-                for index, piece in enumerate(pieces):
-                    if piece in stop_set:
-                        pieces = pieces[:index]
-                        break
-                if len(pieces) > limit:
-                    pieces, reason = pieces[:limit], "length"
+            limit = self._token_budget(request, len(prompt_ids))
+            for choice in range(choices):
+                pieces, reason = self._answer(request, text, choice, limit, tool_call)
                 sequences.append(
                     Sequence(prompt_ids=prompt_ids, answer=pieces, finish_reason=reason)
                 )
@@ -284,6 +268,37 @@ class SimServer:
             tool_call=tool_call,
             top_logprobs=_top_logprobs(kind, request),
         )
+
+    def _answer(
+        self,
+        request: dict[str, Any],
+        text: str,
+        choice: int,
+        limit: int,
+        tool_call: dict[str, Any] | None,
+    ) -> tuple[list[str], str]:
+        """One choice's pieces, cut at a stop string or the token limit, and why it ended."""
+        if tool_call is not None:
+            pieces = tokenizer.pieces(tool_call["function"]["arguments"])
+        else:
+            pieces = textgen.answer(
+                text,
+                tokenizer.pieces(text),
+                self.config.precision,
+                request_seed=request.get("seed"),
+                choice=choice,
+                length=limit if request.get("ignore_eos") else None,
+            )
+        reason = "tool_calls" if tool_call is not None else "stop"
+        stops = request.get("stop")
+        stop_set = {stops} if isinstance(stops, str) else set(stops or ())
+        for index, piece in enumerate(pieces):
+            if piece in stop_set:
+                pieces = pieces[:index]
+                break
+        if len(pieces) > limit:
+            pieces, reason = pieces[:limit], "length"
+        return pieces, reason
 
     def _token_budget(self, request: dict[str, Any], prompt_tokens: int) -> int:
         """The tokens an answer may have; vLLM's errors for a prompt or max_tokens too long."""
@@ -324,53 +339,68 @@ class SimServer:
             },
         }
 
-    def _usage(self, prepared: Prepared) -> dict[str, Any]:
+    def _usage(self, prepared: Prepared, *, details: bool = True) -> dict[str, Any]:
         completion = sum(seq.emitted for seq in prepared.group.sequences)
-        return {
+        usage: dict[str, Any] = {
             "prompt_tokens": prepared.prompt_tokens,
             "total_tokens": prepared.prompt_tokens + completion,
             "completion_tokens": completion,
-            "prompt_tokens_details": None,
         }
+        if details:  # a whole answer's usage has them, a stream's usage event does not
+            usage |= {"prompt_tokens_details": None, "completion_tokens_details": None}
+        return usage
 
     def _full_response(self, prepared: Prepared) -> dict[str, Any]:
         choices: list[dict[str, Any]] = []
         top = prepared.top_logprobs
+        chat = prepared.kind == "chat"
         for index, seq in enumerate(prepared.group.sequences):
             pieces = seq.answer[: seq.emitted]
             text = textgen.detokenize(pieces)
-            if prepared.kind == "completions":
-                choices.append(
-                    {
-                        "index": index,
-                        "text": text,
-                        "logprobs": None if top is None else completion_logprobs(pieces, 0, top, 0),
-                        "finish_reason": seq.finish_reason,
-                        "stop_reason": None,
-                    }
-                )
-                continue
-            message: dict[str, Any] = {"role": "assistant", "content": text, "tool_calls": []}
-            if prepared.tool_call is not None:
-                message["content"] = None
-                message["tool_calls"] = [prepared.tool_call]
-            choices.append(
-                {
-                    "index": index,
-                    "message": message,
-                    "logprobs": None if top is None else chat_logprobs(pieces, 0, top),
-                    "finish_reason": seq.finish_reason,
-                    "stop_reason": None,
-                }
-            )
-        return {
+            choice: dict[str, Any] = {"index": index}
+            if chat:
+                choice["message"] = self._message(text, prepared.tool_call)
+                logprobs = None if top is None else chat_logprobs(pieces, 0, top)
+            else:
+                choice["text"] = text
+                logprobs = None if top is None else completion_logprobs(pieces, 0, top, 0)
+            choice |= {
+                "logprobs": logprobs,
+                "finish_reason": seq.finish_reason,
+                "stop_reason": None,
+                "token_ids": None,
+            }
+            if not chat:
+                choice |= {"prompt_logprobs": None, "prompt_token_ids": None}
+            choices.append(choice | {"routed_experts": None})
+        response = {
             "id": response_id(prepared.kind),
-            "object": "chat.completion" if prepared.kind == "chat" else "text_completion",
+            "object": "chat.completion" if chat else "text_completion",
             "created": int(time.time()),
             "model": self.served_model_name,
             "choices": choices,
+            "service_tier": None,
+            "system_fingerprint": SYSTEM_FINGERPRINT,
             "usage": self._usage(prepared),
         }
+        if chat:
+            response |= {"prompt_logprobs": None, "prompt_token_ids": None, "prompt_text": None}
+        return response | {"kv_transfer_params": None, "ec_transfer_params": None, "metrics": None}
+
+    @staticmethod
+    def _message(text: str, tool_call: dict[str, Any] | None) -> dict[str, Any]:
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": text,
+            "refusal": None,
+            "annotations": None,
+            "audio": None,
+            "function_call": None,
+        }
+        if tool_call is not None:
+            message["content"] = None
+            message["tool_calls"] = [tool_call]
+        return message | {"reasoning": None}
 
     async def _stream(self, prepared: Prepared, send: Send) -> None:
         faults = self.faults
@@ -397,13 +427,14 @@ class SimServer:
                         choices.append(entry)
                 if any(seq.aborted for seq in group.sequences):
                     return
+                finished = group.done and all(s.taken == s.emitted for s in group.sequences)
                 if choices:
-                    await writer.emit(choices)
-                if group.done and all(seq.taken == seq.emitted for seq in group.sequences):
+                    await writer.emit(choices, last=finished and not prepared.include_usage)
+                if finished:
                     break
                 await group.waiter.wait()
             if prepared.include_usage:
-                await writer.emit([], self._usage(prepared))
+                await writer.emit([], self._usage(prepared, details=False), last=True)
             await writer.done()
         except StreamDropped:
             self.stats.dropped_streams += 1

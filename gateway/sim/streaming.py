@@ -1,4 +1,9 @@
-"""SSE framing of a simulated answer, event for event as vLLM frames it."""
+"""SSE framing of a simulated answer, event for event as vLLM frames it.
+
+Field for field as vLLM 0.32 (tests/vllm/test_sim_fidelity.py compares the two), including
+vLLM's own null extensions (token_ids, prompt_token_ids, ...), so that a client written
+against the simulator meets no surprise against vLLM.
+"""
 
 from __future__ import annotations
 
@@ -25,12 +30,29 @@ def response_id(kind: EndpointKind) -> str:
     return ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex
 
 
-def chat_delta(index: int, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-    return {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
+SYSTEM_FINGERPRINT = "tiergate-sim"
 
 
-def text_choice(index: int, text: str, finish: str | None = None) -> dict[str, Any]:
-    return {"index": index, "text": text, "logprobs": None, "finish_reason": finish}
+def chat_delta(index: int, delta: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "index": index,
+        "delta": delta,
+        "logprobs": None,
+        "finish_reason": None,
+        "token_ids": None,
+    }
+
+
+def text_choice(index: int, text: str) -> dict[str, Any]:
+    return {
+        "index": index,
+        "text": text,
+        "logprobs": None,
+        "finish_reason": None,
+        "stop_reason": None,
+        "prompt_token_ids": None,
+        "token_ids": None,
+    }
 
 
 class StreamWriter:
@@ -69,17 +91,29 @@ class StreamWriter:
             }
         )
         if self.chat:
-            role = {"role": "assistant", "content": ""}
-            await self.emit([chat_delta(i, role) for i in range(choices)])
+            delta = {"role": "assistant", "content": ""}
+            role = [
+                {"index": i, "delta": delta, "logprobs": None, "finish_reason": None}
+                for i in range(choices)
+            ]
+            await self.emit(role, prompt_token_ids=None, prompt_text=None)
 
     async def emit(
-        self, choices: list[dict[str, Any]], usage: dict[str, Any] | None = None
+        self,
+        choices: list[dict[str, Any]],
+        usage: dict[str, Any] | None = None,
+        *,
+        last: bool = False,
+        **extra: Any,
     ) -> None:
+        """One event; `last` marks the final one before [DONE], which names the system."""
         if self.drop_after is not None and self.events >= self.drop_after:
             raise StreamDropped("injected fault: stream dropped")
-        chunk: dict[str, Any] = {**self._head, "choices": choices}
+        chunk: dict[str, Any] = {**self._head, "choices": choices, **extra}
         if usage is not None:
             chunk["usage"] = usage
+        if last:
+            chunk["system_fingerprint"] = SYSTEM_FINGERPRINT
         data = b"data: " + orjson.dumps(chunk) + b"\n\n"
         await self._send({"type": "http.response.body", "body": data, "more_body": True})
         self.events += 1
@@ -111,6 +145,7 @@ class StreamWriter:
             if entry is None:
                 entry = chat_delta(index, {}) if self.chat else text_choice(index, "")
             entry["finish_reason"] = seq.finish_reason
+            entry["stop_reason"] = None
         return entry
 
     def _logprobs(self, index: int, pieces: list[str], start: int) -> dict[str, Any]:
@@ -123,4 +158,11 @@ class StreamWriter:
         return logprobs
 
 
-__all__ = ["StreamDropped", "StreamWriter", "chat_delta", "response_id", "text_choice"]
+__all__ = [
+    "SYSTEM_FINGERPRINT",
+    "StreamDropped",
+    "StreamWriter",
+    "chat_delta",
+    "response_id",
+    "text_choice",
+]

@@ -1,0 +1,165 @@
+"""The simulator answers in real vLLM's shapes: the same requests to a vLLM server and to a
+`tiergate sim`, compared field by field (keys and value types, not values).
+
+Covers what README says the simulator does beyond plain text: logprobs in the chat and
+completions shapes, streamed and not, a list of prompts in one completions request, and the
+400s vLLM gives for `top_logprobs` without `logprobs` and for an empty prompt list.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.helpers import Sim, free_port
+from tests.vllm.deployment import Deployment
+
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
+
+SIM_MODEL = "sim-fidelity"
+MESSAGES = [{"role": "user", "content": "Name three rivers."}]
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[Sim]:
+    running = Sim("nvfp4", free_port(), SIM_MODEL).start()
+    yield running
+    running.stop()
+
+
+def shape(value: Any) -> Any:
+    """Keys and value types: what a client's parser depends on."""
+    if isinstance(value, dict):
+        return {key: shape(item) for key, item in sorted(value.items())}
+    if isinstance(value, list):
+        return [shape(value[0])] if value else []
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    return "null" if value is None else type(value).__name__
+
+
+def keyed_by_token(logprobs: dict[str, Any]) -> dict[str, Any]:
+    """Completions' top_logprobs are keyed by the tokens themselves: one placeholder key."""
+    tops = [{"<token>": value} for top in logprobs["top_logprobs"] for value in top.values()]
+    return {**logprobs, "top_logprobs": tops[:1]}
+
+
+def post(url: str, body: dict[str, Any]) -> tuple[int, Any]:
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"content-type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            raw = response.read().decode()
+            status = response.status
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+    if raw.startswith("data:"):
+        events = [line[6:] for line in raw.splitlines() if line.startswith("data: ")]
+        return status, [json.loads(e) for e in events if e != "[DONE]"]
+    return status, json.loads(raw)
+
+
+class Pair:
+    """One request to both servers, each under its own model name."""
+
+    def __init__(self, deployment: Deployment, sim: Sim) -> None:
+        server = deployment["plain"]
+        self.targets = [(server.url, server.served_model_name), (sim.url, SIM_MODEL)]
+
+    def __call__(self, path: str, body: dict[str, Any]) -> list[tuple[int, Any]]:
+        return [post(f"{url}{path}", {**body, "model": model}) for url, model in self.targets]
+
+
+@pytest.fixture(scope="module")
+def both(deployment: Deployment, sim: Sim) -> Pair:
+    return Pair(deployment, sim)
+
+
+CHAT = {"messages": MESSAGES, "max_tokens": 3, "temperature": 0, "ignore_eos": True}
+TEXT = {"prompt": "Once upon a time", "max_tokens": 3, "temperature": 0, "ignore_eos": True}
+USAGE = {"stream_options": {"include_usage": True}}
+CASES: dict[str, tuple[str, dict[str, Any]]] = {
+    "chat": ("/v1/chat/completions", CHAT),
+    "chat-logprobs": ("/v1/chat/completions", {**CHAT, "logprobs": True, "top_logprobs": 2}),
+    "chat-stream-usage": ("/v1/chat/completions", {**CHAT, "stream": True, **USAGE}),
+    "chat-stream-logprobs": ("/v1/chat/completions", {**CHAT, "stream": True, "logprobs": True}),
+    "completions": ("/v1/completions", TEXT),
+    "completions-logprobs": ("/v1/completions", {**TEXT, "logprobs": 2}),
+    "completions-prompt-list": (
+        "/v1/completions",
+        {
+            **TEXT,
+            "prompt": ["Once upon a time", "The capital of France"],
+            "n": 2,
+            "temperature": 0.8,
+            "seed": 7,
+        },
+    ),
+    "completions-stream-usage": ("/v1/completions", {**TEXT, "stream": True, **USAGE}),
+    "completions-stream-logprobs": ("/v1/completions", {**TEXT, "stream": True, "logprobs": 1}),
+}
+
+
+def keyed_shape(value: Any) -> Any:
+    """`shape`, with completions' top_logprobs (keyed by the tokens themselves) reduced to
+    one placeholder key."""
+    if isinstance(value, dict):
+        logprobs = value.get("logprobs")
+        if isinstance(logprobs, dict) and "text_offset" in logprobs:
+            value = {**value, "logprobs": keyed_by_token(logprobs)}
+        return {key: keyed_shape(item) for key, item in sorted(value.items())}
+    if isinstance(value, list):
+        return [keyed_shape(value[0])] if value else []
+    return shape(value)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_same_fields_as_vllm(both: Pair, case: str) -> None:
+    path, body = CASES[case]
+    (vllm_status, vllm), (sim_status, sim) = both(path, body)
+    assert vllm_status == sim_status == 200
+    if isinstance(vllm, dict):
+        assert keyed_shape(sim) == keyed_shape(vllm)
+        assert [c["index"] for c in sim["choices"]] == [c["index"] for c in vllm["choices"]]
+        return
+    # Streams: the opening event, one in the middle and the closing one.
+    assert isinstance(sim, list) and len(sim) >= 3 and len(vllm) >= 3
+    for at in (0, 1, -1):
+        assert keyed_shape(sim[at]) == keyed_shape(vllm[at]), at
+
+
+def test_logprobs_count_as_vllms(both: Pair) -> None:
+    (_, vllm), (_, sim) = both("/v1/chat/completions", CASES["chat-logprobs"][1])
+    for answer in (vllm, sim):
+        content = answer["choices"][0]["logprobs"]["content"]
+        assert len(content) == 3 and all(len(t["top_logprobs"]) == 2 for t in content)
+    for case in ("completions-logprobs", "completions-stream-logprobs"):
+        path, body = CASES[case]
+        for _, answer in both(path, body):
+            events = answer if isinstance(answer, list) else [answer]
+            parts = [c["logprobs"] for e in events for c in e["choices"] if c.get("logprobs")]
+            offsets = [offset for part in parts for offset in part["text_offset"]]
+            assert len(offsets) == 3 and offsets == sorted(offsets), case
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 2, "top_logprobs": 2}),
+        ("/v1/completions", {"prompt": [], "max_tokens": 2}),
+        ("/v1/completions", {**TEXT, "n": 2}),
+    ],
+    ids=["top_logprobs-without-logprobs", "empty-prompt-list", "greedy-with-n-2"],
+)
+def test_the_same_client_errors(both: Pair, path: str, body: dict[str, Any]) -> None:
+    (vllm_status, vllm), (sim_status, sim) = both(path, body)
+    assert vllm_status == sim_status == 400, (vllm, sim)
+    assert shape(sim) == shape(vllm)
