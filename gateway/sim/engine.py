@@ -62,6 +62,7 @@ class Sequence:
     prompt_ids: list[int]
     answer: list[str]  # pieces, already cut to max_tokens
     finish_reason: str
+    stop_reason: str | None = None  # the stop string that ended the answer
     proposer: NgramProposer | None = None  # the context so far, when speculating
     answer_ids: list[int] = field(default_factory=list)
     emitted: int = 0

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import math
 import zlib
-from typing import Any, Final
+from typing import Any
 
 from gateway.sim.textgen import WORDS
-
-MAX_LOGPROBS: Final = 20  # vLLM's default --max-logprobs
 
 
 def token_text(piece: str, position: int) -> str:
@@ -87,4 +85,4 @@ def completion_logprobs(
     }
 
 
-__all__ = ["MAX_LOGPROBS", "chat_logprobs", "completion_logprobs", "token_text"]
+__all__ = ["chat_logprobs", "completion_logprobs", "token_text"]

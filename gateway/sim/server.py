@@ -27,6 +27,7 @@ from gateway.sim.engine import Engine, EngineConfig, Sequence, SequenceGroup
 from gateway.sim.faults import Faults
 from gateway.sim.logprobs import chat_logprobs, completion_logprobs
 from gateway.sim.metrics import SimCollector, exposition
+from gateway.sim.stops import cut_at_stop
 from gateway.sim.streaming import SYSTEM_FINGERPRINT, StreamDropped, StreamWriter, response_id
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -232,9 +233,8 @@ class SimServer:
             raise SimError(400, str(exc)) from None
         if request["model"] != self.served_model_name:
             raise SimError(404, f"The model `{request['model']}` does not exist.", "model")
+        _refuse_unsupported(kind, request)
         choices = request.get("n") or 1
-        if choices > 1 and request.get("temperature") == 0:
-            raise SimError(400, f"n must be 1 when using greedy sampling, got {choices}.")
         if kind == "chat":
             messages = request["messages"]
             text = "\n".join(tokenizer.content_text(m.get("content")) for m in messages)
@@ -252,9 +252,11 @@ class SimServer:
             prompt_tokens += len(prompt_ids)
             limit = self._token_budget(request, len(prompt_ids))
             for choice in range(choices):
-                pieces, reason = self._answer(request, text, choice, limit, tool_call)
+                pieces, reason, stop = self._answer(request, text, choice, limit, tool_call)
                 sequences.append(
-                    Sequence(prompt_ids=prompt_ids, answer=pieces, finish_reason=reason)
+                    Sequence(
+                        prompt_ids=prompt_ids, answer=pieces, finish_reason=reason, stop_reason=stop
+                    )
                 )
         stream = request.get("stream") is True
         options = request.get("stream_options") or {}
@@ -276,8 +278,9 @@ class SimServer:
         choice: int,
         limit: int,
         tool_call: dict[str, Any] | None,
-    ) -> tuple[list[str], str]:
-        """One choice's pieces, cut at a stop string or the token limit, and why it ended."""
+    ) -> tuple[list[str], str, str | None]:
+        """One choice's pieces, cut at a stop string or the token limit, why it ended and the
+        stop string that ended it."""
         if tool_call is not None:
             pieces = tokenizer.pieces(tool_call["function"]["arguments"])
         else:
@@ -289,16 +292,18 @@ class SimServer:
                 choice=choice,
                 length=limit if request.get("ignore_eos") else None,
             )
-        reason = "tool_calls" if tool_call is not None else "stop"
+        if tool_call is not None:  # the call is whole: stop strings do not cut it
+            if len(pieces) > limit:
+                return pieces[:limit], "length", None
+            return pieces, "tool_calls", None
         stops = request.get("stop")
-        stop_set = {stops} if isinstance(stops, str) else set(stops or ())
-        for index, piece in enumerate(pieces):
-            if piece in stop_set:
-                pieces = pieces[:index]
-                break
-        if len(pieces) > limit:
-            pieces, reason = pieces[:limit], "length"
-        return pieces, reason
+        # Generated token by token: a stop string only counts inside the first `limit` tokens.
+        cut, matched = cut_at_stop(
+            pieces[:limit], [stops] if isinstance(stops, str) else stops or ()
+        )
+        if matched is None and len(pieces) > limit:
+            return cut, "length", None
+        return cut, "stop", matched
 
     def _token_budget(self, request: dict[str, Any], prompt_tokens: int) -> int:
         """The tokens an answer may have; vLLM's errors for a prompt or max_tokens too long."""
@@ -367,7 +372,7 @@ class SimServer:
             choice |= {
                 "logprobs": logprobs,
                 "finish_reason": seq.finish_reason,
-                "stop_reason": None,
+                "stop_reason": seq.stop_reason,
                 "token_ids": None,
             }
             if not chat:
@@ -513,6 +518,21 @@ def _prompt_texts(prompt: str | list[Any]) -> list[str]:
     if prompt and all(isinstance(item, int) for item in prompt):
         return [" ".join(map(str, prompt))]
     return [item if isinstance(item, str) else " ".join(map(str, item)) for item in prompt]
+
+
+def _refuse_unsupported(kind: EndpointKind, request: dict[str, Any]) -> None:
+    """vLLM's 400s for sampling it does not do, and one for `echo`, which vLLM does but the
+    simulator does not (a 400 that says so beats an answer without the prompt). `best_of`,
+    which vLLM 0.32 accepts, is accepted and has no effect: the answers are the n choices."""
+    choices = request.get("n") or 1
+    if choices > 1 and request.get("temperature") == 0:
+        raise SimError(400, f"n must be 1 when using greedy sampling, got {choices}.")
+    if kind != "completions":
+        return
+    if request.get("suffix") is not None:
+        raise SimError(400, "suffix is not currently supported", "suffix")
+    if request.get("echo"):
+        raise SimError(400, "echo is not simulated by tiergate sim (vLLM supports it).", "echo")
 
 
 def _top_logprobs(kind: EndpointKind, request: dict[str, Any]) -> int | None:

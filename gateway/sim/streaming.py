@@ -135,6 +135,8 @@ class StreamWriter:
                 # sends it whole with the first generated tokens.
                 if first:
                     entry = chat_delta(index, {"tool_calls": [{"index": 0, **self.tool_call}]})
+                elif self.top_logprobs is not None:  # the call went out whole; its tokens'
+                    entry = chat_delta(index, {})  # logprobs still go out as they come
             elif self.chat:
                 entry = chat_delta(index, {"content": text})
             else:
@@ -145,7 +147,7 @@ class StreamWriter:
             if entry is None:
                 entry = chat_delta(index, {}) if self.chat else text_choice(index, "")
             entry["finish_reason"] = seq.finish_reason
-            entry["stop_reason"] = None
+            entry["stop_reason"] = seq.stop_reason
         return entry
 
     def _logprobs(self, index: int, pieces: list[str], start: int) -> dict[str, Any]:

@@ -173,6 +173,52 @@ def test_logprobs_are_well_formed_and_match_the_text(client: OpenAI) -> None:
     assert offsets == logprobs.text_offset
 
 
+def test_a_stop_string_ends_the_answer_before_it(client: OpenAI) -> None:
+    asked: Any = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 12}
+    whole = client.completions.create(**asked).choices[0].text
+    stop = whole[7:10]  # inside the answer, wherever the words break
+    cut = client.completions.create(**asked, stop=["never there", stop]).choices[0]
+    assert cut.text == whole[: whole.find(stop)] and cut.finish_reason == "stop"
+    assert (cut.model_extra or {})["stop_reason"] == stop  # vLLM names the string
+    events = list(client.completions.create(**asked, stop=stop, stream=True))
+    assert "".join(e.choices[0].text for e in events if e.choices) == cut.text
+    assert (events[-1].choices[0].model_extra or {})["stop_reason"] == stop
+    assert (client.completions.create(**asked).choices[0].model_extra or {})["stop_reason"] is None
+
+
+def test_a_streamed_tool_call_keeps_every_tokens_logprob(client: OpenAI) -> None:
+    tools: Any = [{"type": "function", "function": {"name": "search", "parameters": {}}}]
+    messages: Any = [{"role": "user", "content": "find me the weather in paris"}]
+    asked: Any = {"model": MODEL, "messages": messages, "tools": tools, "logprobs": True}
+    whole = client.chat.completions.create(**asked)
+    tokens = [t.token for t in (whole.choices[0].logprobs.content or [])]  # type: ignore[union-attr]
+    assert whole.usage is not None and len(tokens) == whole.usage.completion_tokens > 1
+    streamed: list[str] = []
+    calls = 0
+    for event in client.chat.completions.create(**asked, stream=True):
+        for choice in event.choices:
+            calls += len(choice.delta.tool_calls or [])
+            if choice.logprobs is not None and choice.logprobs.content is not None:
+                streamed += [t.token for t in choice.logprobs.content]
+    assert calls == 1 and streamed == tokens
+    stopped = client.chat.completions.create(**asked, stop=["{", "query"])
+    assert stopped.choices[0].finish_reason == "tool_calls"  # stop strings do not cut a call
+    cut, kept = stopped.choices[0].message.tool_calls, whole.choices[0].message.tool_calls
+    assert cut and kept and cut[0].function == kept[0].function  # type: ignore[union-attr]
+    assert stopped.usage == whole.usage
+
+
+@pytest.mark.parametrize(("field", "value"), [("suffix", "the end"), ("echo", True)])
+def test_completion_options_the_simulator_refuses(client: OpenAI, field: str, value: Any) -> None:
+    # suffix is vLLM's own 400; echo vLLM does, the simulator says it does not rather than
+    # answer without the prompt.
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.completions.create(
+            model=MODEL, prompt="Once", max_tokens=3, extra_body={field: value}
+        )
+    assert field in str(refused.value)
+
+
 def test_models_lists_public_name_and_pins(client: OpenAI) -> None:
     ids = [model.id for model in client.models.list()]
     assert ids == [MODEL, f"{MODEL}@nvfp4", f"{MODEL}@w4a16", f"{MODEL}@bf16"]

@@ -3,7 +3,8 @@
 
 Covers what README says the simulator does beyond plain text: logprobs in the chat and
 completions shapes, streamed and not, a list of prompts in one completions request, and the
-400s vLLM gives for `top_logprobs` without `logprobs` and for an empty prompt list.
+400s vLLM gives for `top_logprobs` without `logprobs`, an empty prompt list, greedy sampling
+with n > 1 and `suffix` (`best_of` it accepts).
 """
 
 from __future__ import annotations
@@ -103,6 +104,7 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
             "seed": 7,
         },
     ),
+    "completions-best-of": ("/v1/completions", {**TEXT, "best_of": 2, "temperature": 0.8}),
     "completions-stream-usage": ("/v1/completions", {**TEXT, "stream": True, **USAGE}),
     "completions-stream-logprobs": ("/v1/completions", {**TEXT, "stream": True, "logprobs": 1}),
 }
@@ -156,8 +158,14 @@ def test_logprobs_count_as_vllms(both: Pair) -> None:
         ("/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 2, "top_logprobs": 2}),
         ("/v1/completions", {"prompt": [], "max_tokens": 2}),
         ("/v1/completions", {**TEXT, "n": 2}),
+        ("/v1/completions", {**TEXT, "suffix": "the end"}),
     ],
-    ids=["top_logprobs-without-logprobs", "empty-prompt-list", "greedy-with-n-2"],
+    ids=[
+        "top_logprobs-without-logprobs",
+        "empty-prompt-list",
+        "greedy-with-n-2",
+        "suffix",
+    ],
 )
 def test_the_same_client_errors(both: Pair, path: str, body: dict[str, Any]) -> None:
     (vllm_status, vllm), (sim_status, sim) = both(path, body)
