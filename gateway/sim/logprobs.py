@@ -14,14 +14,14 @@ from typing import Any
 from gateway.sim.textgen import WORDS
 
 
-def token_text(piece: str, position: int) -> str:
+def _token_text(piece: str, position: int) -> str:
     """The token as it appears in the answer: pieces after the first carry their space."""
     return piece if position == 0 else " " + piece
 
 
 def _ranked(piece: str, position: int, top: int) -> list[tuple[str, float]]:
     """The sampled token and `top - 1` alternatives, most likely first."""
-    token = token_text(piece, position)
+    token = _token_text(piece, position)
     spread = zlib.crc32(f"{position}\0{piece}".encode())
     chosen = 0.5 + 0.49 * (spread % 1000) / 1000  # probability in [0.5, 0.99)
     ranked = [(token, math.log(chosen))]
@@ -85,4 +85,4 @@ def completion_logprobs(
     }
 
 
-__all__ = ["chat_logprobs", "completion_logprobs", "token_text"]
+__all__ = ["chat_logprobs", "completion_logprobs"]

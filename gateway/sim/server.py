@@ -281,21 +281,19 @@ class SimServer:
     ) -> tuple[list[str], str, str | None]:
         """One choice's pieces, cut at a stop string or the token limit, why it ended and the
         stop string that ended it."""
-        if tool_call is not None:
-            pieces = tokenizer.pieces(tool_call["function"]["arguments"])
-        else:
-            pieces = textgen.answer(
-                text,
-                tokenizer.pieces(text),
-                self.config.precision,
-                request_seed=request.get("seed"),
-                choice=choice,
-                length=limit if request.get("ignore_eos") else None,
-            )
         if tool_call is not None:  # the call is whole: stop strings do not cut it
+            pieces = tokenizer.pieces(tool_call["function"]["arguments"])
             if len(pieces) > limit:
                 return pieces[:limit], "length", None
             return pieces, "tool_calls", None
+        pieces = textgen.answer(
+            text,
+            tokenizer.pieces(text),
+            self.config.precision,
+            request_seed=request.get("seed"),
+            choice=choice,
+            length=limit if request.get("ignore_eos") else None,
+        )
         stops = request.get("stop")
         # Generated token by token: a stop string only counts inside the first `limit` tokens.
         cut, matched = cut_at_stop(

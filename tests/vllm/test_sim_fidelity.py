@@ -152,6 +152,20 @@ def test_logprobs_count_as_vllms(both: Pair) -> None:
             assert len(offsets) == 3 and offsets == sorted(offsets), case
 
 
+def test_stop_strings_as_vllms(both: Pair) -> None:
+    body = {**TEXT, "max_tokens": 8}
+    wholes = [answer["choices"][0]["text"] for _, answer in both("/v1/completions", body)]
+    # A piece from inside each server's own answer, wherever its words break; both get both.
+    stops = [text[2:4] for text in wholes]
+    cut = both("/v1/completions", {**body, "stop": stops})
+    for whole, (status, answer) in zip(wholes, cut, strict=True):
+        choice = answer["choices"][0]
+        at = min(whole.find(stop) for stop in stops if stop in whole)
+        assert status == 200 and choice["finish_reason"] == "stop", answer
+        assert choice["text"] == whole[:at]
+        assert whole.find(choice["stop_reason"]) == at  # the string that matched first
+
+
 @pytest.mark.parametrize(
     ("path", "body"),
     [
