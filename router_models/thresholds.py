@@ -18,7 +18,9 @@ With a `budget` (mean relative cost per request) the dual is solved: the best qu
 cost is within the budget, against the best uniform tier within budget; routing must then add
 at least `min_saving` of the cheapest-to-top quality gap, and the paired lower bound of the
 difference must be above zero. With both, the cheapest policy meeting the floor within the
-budget, or the budget's best if none does.
+budget, or the budget's best if none does. When no uniform tier meets the floor within the
+budget, a routed policy that meets it needs no saving over the best uniform tier within the
+budget, only the paired bound against it.
 
 Re-exports the frontier helpers and the two-type pre-test so callers need one import.
 """
@@ -160,13 +162,17 @@ def tune(
     cost, quality = float(front.cost[pick]), float(front.quality[pick])
     bound = float(lower[pick])
     if floor is not None:
+        # A uniform tier below the floor (none meets it within the budget) is no cost
+        # benchmark: a routed policy that meets the floor beats it at any cost in the budget.
+        baseline_meets = baseline.quality >= floor - _TOL
         pays = (
-            cost <= baseline.cost * (1.0 - min_saving)
+            (cost <= baseline.cost * (1.0 - min_saving) or not baseline_meets)
             and quality >= floor - _TOL
             and bound >= slack - _TOL
         )
+        compared = "at the floor" if baseline_meets else "below the floor"
         judged = (
-            f"cost {cost:.4f} vs uniform {baseline.cost:.4f} at the floor {floor:.4f}; "
+            f"cost {cost:.4f} vs uniform {baseline.cost:.4f} {compared} {floor:.4f}; "
             f"paired lower bound of the quality difference {bound:+.4f}, allowed {slack:+.4f}"
         )
     else:
@@ -192,7 +198,8 @@ def tune(
         expected_quality=quality,
         lam=float(front.lam[pick]),
         routing_pays=True,
-        feasible=feasible,
+        # The routed policy meets the floor (when there is one) within the budget.
+        feasible=True,
         floor=floor,
         budget=budget,
         baseline=baseline,

@@ -130,6 +130,24 @@ def test_budget_maximises_quality_within_it() -> None:
     assert result.expected_quality > correct[:, 0].mean() + 0.05
 
 
+def test_floor_and_budget_route_when_no_uniform_tier_meets_both() -> None:
+    """Within a budget of 0.5 only the cheap tier fits, and it misses the floor; routing the
+    hard 30% to the top tier meets the floor within the budget, so that is the answer."""
+    proba, correct, _ = two_types(20_000, 0.7, 0.02, 0.5)
+    floor = quality_floor(correct, 0.97)
+    assert correct[:, 0].mean() < floor
+    result = tune(proba, correct, COSTS, alpha=0.97, budget=0.5)
+    assert result.routing_pays and result.feasible, result.message
+    assert result.baseline.tier == 0
+    assert "below the floor" in result.message
+    cost, quality = apply(proba, correct, COSTS, result.thresholds)
+    assert cost <= 0.5 and quality >= floor
+    assert (cost, quality) == (
+        pytest.approx(result.expected_cost),
+        pytest.approx(result.expected_quality),
+    )
+
+
 def test_tune_needs_a_target() -> None:
     proba, correct, _ = two_types(100, 0.5, 0.1, 0.5)
     with pytest.raises(ValueError):
