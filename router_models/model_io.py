@@ -72,6 +72,9 @@ def save_model(model: RouterModel, path: str | Path) -> Path:
         arrays[f"{_CAL_Y}{k}"] = by
     arrays_path = out / ARRAYS_FILE
     np.savez_compressed(arrays_path, allow_pickle=False, **arrays)
+    # Held-out probabilities belong to the model that produced them: a retrained model in the
+    # same directory must not inherit its predecessor's (tenant alphas are tuned on them).
+    (out / VALIDATION_FILE).unlink(missing_ok=True)
     document = {
         "format": FORMAT,
         "version": VERSION,
@@ -130,13 +133,17 @@ def load_model(path: str | Path) -> RouterModel:
 def save_validation(
     path: str | Path, proba: NDArray[np.float64], correct: NDArray[np.float64]
 ) -> Path:
-    """Store held-out (n, K) probabilities and per-tier scores next to a model."""
+    """Store held-out (n, K) probabilities and per-tier scores next to the model saved in
+    `path`, stamped with that model's checksum."""
     p = np.asarray(proba, dtype=np.float64)
     c = np.asarray(correct, dtype=np.float64)
     if p.ndim != 2 or p.shape != c.shape:
         raise ValueError("proba and correct must both have shape (n, K)")
+    model_sha, n_tiers = _model_stamp(Path(path))
+    if p.shape[1] != n_tiers:
+        raise ValueError(f"the validation set has {p.shape[1]} tiers, the model {n_tiers}")
     out = Path(path) / VALIDATION_FILE
-    np.savez_compressed(out, allow_pickle=False, proba=p, correct=c)
+    np.savez_compressed(out, allow_pickle=False, proba=p, correct=c, model_sha256=model_sha)
     return out
 
 
@@ -151,11 +158,29 @@ def load_validation(
         with np.load(source, allow_pickle=False) as npz:
             proba = np.asarray(npz["proba"], dtype=np.float64)
             correct = np.asarray(npz["correct"], dtype=np.float64)
+            stamp = str(npz["model_sha256"]) if "model_sha256" in npz.files else None
+        model_sha, n_tiers = _model_stamp(Path(path))
     except (KeyError, ValueError, OSError, zipfile.BadZipFile) as exc:
         raise ModelFormatError(f"{source}: invalid validation set ({exc})") from None
     if proba.ndim != 2 or proba.shape != correct.shape:
         raise ModelFormatError(f"{source}: proba and correct differ in shape")
+    if stamp != model_sha:
+        raise ModelFormatError(
+            f"{source}: belongs to another model than {MODEL_FILE} beside it; "
+            "retrain with --cv to write a new one"
+        )
+    if proba.shape[1] != n_tiers:
+        raise ModelFormatError(f"{source}: {proba.shape[1]} tiers, the model has {n_tiers}")
     return proba, correct
+
+
+def _model_stamp(root: Path) -> tuple[str, int]:
+    """(arrays checksum, number of tiers) of the model saved in `root`."""
+    try:
+        document = json.loads((root / MODEL_FILE).read_text())
+        return str(document["arrays_sha256"]), len(document["tiers"])
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ValueError(f"no readable model in {root} ({exc})") from None
 
 
 def _build(document: dict[str, Any], arrays: dict[str, np.ndarray[Any, Any]]) -> RouterModel:

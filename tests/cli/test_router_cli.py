@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from gateway.cli.main import app
 from router_models.model import RouterModel
+from router_models.errors import ModelFormatError
 from router_models.model_io import load_validation
 from tests.router_models.synthetic import two_type_labels, write_jsonl
 
@@ -224,6 +225,22 @@ def test_train_with_a_separate_scorer_set(tmp_path: Path, data_file: Path) -> No
     proba, correct = validation
     assert proba.shape == correct.shape == (600, 3)
     assert load_validation(tmp_path) is None
+
+
+def test_validation_set_stays_with_the_model_that_made_it(tmp_path: Path, data_file: Path) -> None:
+    """Retraining into a directory drops the old validation.npz (tenant alphas are tuned on
+    it), and one copied beside another model is refused with a clear error."""
+    out = tmp_path / "m"
+    train = ["router", "train", "--data", str(data_file), "--tiers", TIERS, "--out", str(out)]
+    assert runner.invoke(app, [*train, "--cv", "3"]).exit_code == 0
+    with_cv = (out / "validation.npz").read_bytes()
+    assert load_validation(out) is not None
+    result = runner.invoke(app, [*train, "--scorer", "gbdt"])
+    assert result.exit_code == 0, result.stderr
+    assert load_validation(out) is None
+    (out / "validation.npz").write_bytes(with_cv)
+    with pytest.raises(ModelFormatError, match="belongs to another model"):
+        load_validation(out)
 
 
 def test_tune_with_budget_and_explicit_costs(model_dir: Path, data_file: Path) -> None:
