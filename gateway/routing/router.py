@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 from gateway.config import Settings, TenantSettings
@@ -30,12 +31,19 @@ log = logging.getLogger("tiergate.router")
 
 def ladder_positions(model_tiers: tuple[str, ...], gateway_tiers: list[str]) -> tuple[int, ...]:
     """Which model tier stands for each gateway tier: by name when the ladders share their
-    names (a model trained on this gateway's shadow labels), else by relative position, so
-    the cheapest maps to the cheapest and the top to the top."""
+    names in the same order (a model trained on this gateway's shadow labels), else by
+    relative position, so the cheapest maps to the cheapest and the top to the top.
+
+    Only the gateway's top tier may stand on the model's top: under the relative label that
+    tier's probability is 1, so a cheaper gateway tier mapped there would clear every
+    threshold and the top tier would never serve."""
     if set(gateway_tiers) <= set(model_tiers):
-        return tuple(model_tiers.index(name) for name in gateway_tiers)
-    k_model, k_gateway = len(model_tiers), len(gateway_tiers)
-    return tuple(round(i * (k_model - 1) / (k_gateway - 1)) for i in range(k_gateway))
+        by_name = tuple(model_tiers.index(name) for name in gateway_tiers)
+        if all(lower < upper for lower, upper in pairwise(by_name)):
+            return by_name
+    top, k_gateway = len(model_tiers) - 1, len(gateway_tiers)
+    below_top = (min(round(i * top / (k_gateway - 1)), top - 1) for i in range(k_gateway - 1))
+    return (*below_top, top)
 
 
 @dataclass(frozen=True, slots=True)

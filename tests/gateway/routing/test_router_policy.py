@@ -18,6 +18,42 @@ def test_ladder_positions() -> None:
     assert ladder_positions(("a", "b"), ["x", "y", "z"]) == (0, 0, 1)  # 0.5 rounds to even
     assert ladder_positions(("q4", "q8", "fp16"), ["cheap", "top"]) == (0, 2)
     assert ladder_positions(("nvfp4", "w4a16", "bf16"), ["nvfp4", "bf16"]) == (0, 2)  # by name
+    # Only the gateway's top stands on the model's top (whose probability is 1).
+    five = ["nvfp4", "w4a16", "fp8", "fp16", "bf16"]
+    assert ladder_positions(("q4", "q8", "fp16"), five) == (0, 0, 1, 1, 2)
+    assert ladder_positions(("q4", "fp16"), five[:4]) == (0, 0, 0, 1)
+    assert ladder_positions(("a", "b", "c"), ["c", "a"]) == (0, 2)  # names out of order
+
+
+def test_a_longer_gateway_ladder_still_reaches_its_top_tier() -> None:
+    """The shipped 3-tier model on 5 gateway tiers: thresholds of 1.0 send everything to the
+    top tier, 0.0 everything to the cheapest."""
+    tiers = [
+        {"name": name, "precision": precision, "endpoints": [f"http://127.0.0.1:{9000 + i}/v1"]}
+        for i, (name, precision) in enumerate(
+            [
+                ("nvfp4", "nvfp4"),
+                ("w4a16", "w4a16"),
+                ("fp8", "fp8"),
+                ("fp16", "fp16"),
+                ("bf16", "bf16"),
+            ]
+        )
+    ]
+    for threshold, expected in ((1.0, 4), (0.0, 0)):
+        thresholds = {t["name"]: threshold for t in tiers[:-1]}
+        config = parse_settings(
+            {
+                "model": MODEL,
+                "tiers": tiers,
+                "tenants": [{"name": "t", "api_keys": ["k"], "thresholds": thresholds}],
+            }
+        )
+        policy = build_policy(config)
+        tenant = TenantRegistry(config, {}).tenants["t"]
+        for question in QUESTIONS:
+            request = {"model": MODEL, "messages": [{"role": "user", "content": question}]}
+            assert policy.decide(request, "chat", tenant).tier == expected
 
 
 def settings(ladder: Ladder, tenants: list[dict[str, Any]]) -> Any:
