@@ -31,6 +31,7 @@ from numpy.typing import NDArray
 
 from router_models.errors import ModelFormatError
 from router_models.isotonic_maps import IsotonicMaps
+from router_models.json_out import dumps as strict_dumps
 from router_models.lean import lean_from_state
 from router_models.model import DeferredScorer, RouterModel
 from router_models.ngrams import GramSpec
@@ -95,7 +96,7 @@ def save_model(model: RouterModel, path: str | Path) -> Path:
         "arrays_sha256": _sha256(arrays_path),
         "metadata": model.metadata,
     }
-    (out / MODEL_FILE).write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
+    (out / MODEL_FILE).write_text(strict_dumps(document, indent=2, sort_keys=True) + "\n")
     return out
 
 

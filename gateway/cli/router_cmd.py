@@ -13,7 +13,6 @@ the commands, so other `tiergate` commands do not pay for them.
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -21,6 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
+
+from router_models.json_out import dumps as strict_dumps
 
 if TYPE_CHECKING:
     from router_models.data import LabelSet
@@ -202,7 +203,7 @@ def train(
             )
         )
         (out / "MODEL_CARD.md").write_text(card)
-        (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+        (out / "report.json").write_text(strict_dumps(report, indent=2) + "\n")
         summary = {
             "out": str(out),
             "tiers": list(labels.tiers),
@@ -551,7 +552,7 @@ def _facts_dict(facts: Any) -> dict[str, Any]:
 
 def _emit(doc: dict[str, Any], json_out: bool, text: str) -> None:
     if json_out:
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        sys.stdout.write(strict_dumps(doc, indent=2) + "\n")
     else:
         typer.echo(text)
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
 from gateway.cli.main import app
-from router_models.model import RouterModel
 from router_models.errors import ModelFormatError
+from router_models.model import RouterModel
 from router_models.model_io import load_validation
 from tests.router_models.synthetic import two_type_labels, write_jsonl
 
@@ -88,6 +89,49 @@ def test_evaluate_cv(data_file: Path) -> None:
     assert result.exit_code == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["per_tier"]["nvfp4"]["auc"] > 0.7  # the words give the type away
+
+
+def strict_json(text: str) -> Any:
+    """Parses like jq or JavaScript would: NaN and Infinity are not JSON."""
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"not JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_undefined_figures_are_null_in_json(tmp_path: Path) -> None:
+    """Every tier right on every row: the top tier is no better than the cheapest, so the
+    measured saving is undefined; --json, model.json and report.json stay strict JSON."""
+    labels, _ = two_type_labels(60, 0.5, 0.0, 0.0, tiers=("nvfp4", "bf16"), seed=3)
+    labels.correct[:] = 1.0
+    data = write_jsonl(tmp_path / "same.jsonl", labels)
+    out = tmp_path / "m"
+    result = runner.invoke(
+        app,
+        [
+            "router",
+            "train",
+            "--data",
+            str(data),
+            "--tiers",
+            "nvfp4,bf16",
+            "--out",
+            str(out),
+            "--cv",
+            "3",
+            "--json",
+        ],
+    )
+    assert result.exit_code == 0, result.stderr
+    strict_json(result.stdout)
+    strict_json((out / "model.json").read_text())
+    strict_json((out / "report.json").read_text())
+    result = runner.invoke(
+        app, ["router", "evaluate", "--model", str(out), "--data", str(data), "--json"]
+    )
+    assert result.exit_code == 0, result.stderr
+    assert strict_json(result.stdout)["pretest"]["measured_saving"] is None
 
 
 def test_tune_json_and_plot(model_dir: Path, data_file: Path, tmp_path: Path) -> None:
