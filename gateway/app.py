@@ -46,6 +46,7 @@ from gateway.proxy.events import ExchangeListener
 from gateway.proxy.service import ProxyService
 from gateway.routing.policy import RoutingPolicy, TopTierPolicy
 from gateway.routing.router import RouterPolicy
+from gateway.shadow.labels import LabelLog
 from gateway.shadow.recalibrate import Recalibrator
 from gateway.shadow.sampler import ShadowSampler
 from gateway.stats import EndpointSample, Ladder, TierSample
@@ -80,6 +81,7 @@ class GatewayRuntime:
     hot_routes: dict[str, GenerationHandler]
     admin_token: str
     policy: RoutingPolicy
+    label_log: LabelLog | None
 
 
 class Gateway:
@@ -157,15 +159,21 @@ class Gateway:
             for path, kind in _GENERATION_ROUTES
         }
         admin_token = resolve_secret(settings.admin.token, settings.admin.token_env, self.environ)
-        return GatewayRuntime(settings, tenants, tiers, service, handlers, admin_token, policy)
+        # Last: it may create a file, so nothing that can still fail comes after it.
+        label_log = self.shadow.label_log_for(settings)
+        return GatewayRuntime(
+            settings, tenants, tiers, service, handlers, admin_token, policy, label_log
+        )
 
     def _install(self, runtime: GatewayRuntime) -> None:
+        """Swaps `runtime` in. Never raises: whatever can fail happened in `_build_runtime`,
+        so a refused reload has changed nothing."""
         old = self.runtime if self._installed else None
         self._installed = True
         self.admission.configure(runtime.tenants.tenants)
         self.runtime = runtime
         self.observer.configure(runtime.settings)
-        self.shadow.configure(runtime.settings)
+        self.shadow.configure(runtime.settings, runtime.label_log)
         self._install_router(runtime)
         if old is not None:
             kept = {id(state) for tier in runtime.tiers for state in tier.endpoints}

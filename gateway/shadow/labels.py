@@ -27,7 +27,9 @@ class LabelLog:
         self.written = 0
         self._lock = threading.Lock()
         self._file: IO[bytes] | None = None
+        # Fail now, where a configuration can still be refused, not at the first label.
         path.parent.mkdir(parents=True, exist_ok=True)
+        path.open("ab").close()
 
     def append(self, record: dict[str, Any]) -> None:
         line = orjson.dumps(record) + b"\n"

@@ -72,9 +72,21 @@ class ShadowSampler:
         self.inflight = 0
         self._queue: asyncio.Queue[CompletedExchange] | None = None
         self._log: LabelLog | None = None
-        self.configure(settings)
+        self.configure(settings, self.label_log_for(settings))
 
-    def configure(self, settings: Settings) -> None:
+    def label_log_for(self, settings: Settings) -> LabelLog | None:
+        """The label log `settings` ask for: the open one when the path is unchanged, else a
+        new one. Raises OSError when it cannot be written, so a reload can still refuse."""
+        shadow = settings.shadow
+        path = shadow.label_log
+        if path is None:
+            return None
+        if self._log is not None and self._log.path == path:
+            return self._log
+        return LabelLog(path, shadow.label_log_max_bytes, shadow.label_log_backups)
+
+    def configure(self, settings: Settings, label_log: LabelLog | None) -> None:
+        """Applies `settings` with the log `label_log_for` prepared; never raises."""
         shadow = settings.shadow
         self.settings = shadow
         self.rates = {
@@ -91,11 +103,9 @@ class ShadowSampler:
         self.monitor = getattr(self, "monitor", None) or CalibrationMonitor(
             shadow.window, shadow.drift_margin, shadow.min_labels
         )
-        path = shadow.label_log
-        if path is not None and (self._log is None or self._log.path != path):
-            if self._log is not None:
-                self._log.close()
-            self._log = LabelLog(path, shadow.label_log_max_bytes, shadow.label_log_backups)
+        if label_log is not self._log and self._log is not None:
+            self._log.close()
+        self._log = label_log
 
     @property
     def enabled(self) -> bool:

@@ -130,3 +130,29 @@ def test_shadow_skips_top_tier_and_respects_rate_zero(ladder: Ladder) -> None:
         time.sleep(0.5)
         assert ladder.sims[2].stats()["requests"] == before
         assert admin(gw)["tenants"] == {}
+
+
+def test_a_reload_with_an_unwritable_label_log_changes_nothing(
+    ladder: Ladder, tmp_path: Path
+) -> None:
+    """The label log is the last thing a configuration can fail on: a reload that asks for
+    one where none can be written is refused whole (keys, rates and log stay as they were)."""
+    from gateway.config import parse_settings
+
+    log = tmp_path / "labels.jsonl"
+    data = ladder.settings(shadow={"rate": 0.5, "label_log": str(log)}).model_dump(mode="json")
+    data["tenants"][0]["api_keys"] = [API_KEY]
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with GatewayThread(parse_settings(data), policy_factory=fixed_policy(0)) as gw:
+        runtime = gw.app.runtime
+        changed = json.loads(json.dumps(data))
+        changed["tenants"][0]["api_keys"] = ["sk-other"]
+        changed["shadow"] = {"rate": 1.0, "label_log": str(blocker / "labels.jsonl")}
+        with pytest.raises(OSError):
+            gw.app.reload(parse_settings(changed))
+        assert gw.app.runtime is runtime
+        assert gw.app.shadow.rates == {"default": 0.5}
+        assert gw.app.shadow.label_log_for(gw.app.runtime.settings) is runtime.label_log
+        assert runtime.label_log is not None and runtime.label_log.path == log
+        chat(gw, "hello")  # the old key still serves
