@@ -7,10 +7,11 @@ is what gets forwarded, with only `model` rewritten.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Final, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gateway.errors import InvalidRequestError, PayloadTooLargeError
 
@@ -31,12 +32,50 @@ class StreamOptions(OpenAIModel):
 Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
 
 
+class ContentPart(OpenAIModel):
+    """One part of a message's content; a text part must carry its text as a string."""
+
+    type: str
+    text: str | None = None
+
+    @model_validator(mode="after")
+    def _text_has_text(self) -> ContentPart:
+        if self.type == "text" and self.text is None:
+            raise ValueError("a part of type 'text' needs a string 'text'")
+        return self
+
+
+class CalledFunction(OpenAIModel):
+    name: str
+    arguments: str
+
+
+class ToolCall(OpenAIModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: CalledFunction
+
+
 class ChatMessage(OpenAIModel):
     role: Role
-    content: str | list[dict[str, Any]] | None = None
+    content: str | list[ContentPart] | None = None
     name: str | None = None
-    tool_calls: list[dict[str, Any]] | None = None
+    tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
+
+
+class FunctionDefinition(OpenAIModel):
+    name: str = Field(min_length=1)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Tool(OpenAIModel):
+    """A tool as vLLM accepts it: only functions."""
+
+    type: Literal["function"] = "function"
+    function: FunctionDefinition
 
 
 Temperature = Annotated[float, Field(ge=0.0, le=2.0)]
@@ -61,12 +100,13 @@ class SamplingFields(OpenAIModel):
     seed: int | None = None
     stop: str | list[str] | None = None
     user: str | None = None
+    logit_bias: dict[str, float] | None = None
 
 
 class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: PositiveInt | None = None
-    tools: list[dict[str, Any]] | None = None
+    tools: list[Tool] | None = None
     tool_choice: str | dict[str, Any] | None = None
     response_format: dict[str, Any] | None = None
     logprobs: bool | None = None
@@ -133,6 +173,25 @@ def parse_request(
     except ValidationError as exc:
         raise _as_invalid_request(exc) from None
     return data
+
+
+# vLLM's completions endpoint generates this many tokens when max_tokens is unset.
+COMPLETIONS_DEFAULT_MAX_TOKENS: Final = 16
+
+
+def completion_budget(kind: EndpointKind, request: Mapping[str, Any]) -> tuple[str, int | None]:
+    """The field that bounds the completion, as vLLM reads it, and its value (None: unset).
+
+    Chat: `max_completion_tokens` if set, else `max_tokens`. Completions: `max_tokens` only
+    (vLLM ignores `max_completion_tokens` there). Both are validated before this runs
+    (`gateway.protocol`).
+    """
+    if kind == "chat":
+        newer = request.get("max_completion_tokens")
+        if newer is not None:
+            return "max_completion_tokens", newer
+        return "max_tokens", request.get("max_tokens")
+    return "max_tokens", request.get("max_tokens")
 
 
 # -- the common case without pydantic -------------------------------------------------------
@@ -227,10 +286,11 @@ def _check_depth(body: bytes, data: Any, max_depth: int) -> None:
 
 
 def _as_invalid_request(exc: ValidationError) -> InvalidRequestError:
-    first = exc.errors(include_url=False)[0]
-    loc = [str(part) for part in first["loc"]]
-    # pydantic appends the union member it tried (e.g. "str", "list[...]"); drop those.
-    path = [part for part in loc if not _is_type_tag(part)]
+    # A union (content: a string or a list of parts) fails once per member; the error that
+    # got deepest into the value names what is actually wrong (content.0.text, not content).
+    errors = exc.errors(include_url=False)
+    first = max(errors, key=lambda error: len(_path(error)))
+    path = _path(first)
     param = ".".join(path) if path else None
     message = first["msg"]
     if first["type"] == "missing":
@@ -238,6 +298,11 @@ def _as_invalid_request(exc: ValidationError) -> InvalidRequestError:
     elif param:
         message = f"Invalid value for '{param}': {message}."
     return InvalidRequestError(message, param=param, code="invalid_value")
+
+
+def _path(error: Any) -> list[str]:
+    # pydantic inserts the union member it tried (e.g. "str", "list[...]"); drop those.
+    return [part for part in map(str, error["loc"]) if not _is_type_tag(part)]
 
 
 def _is_type_tag(part: str) -> bool:
@@ -249,11 +314,15 @@ def _is_type_tag(part: str) -> bool:
 
 
 __all__ = [
+    "COMPLETIONS_DEFAULT_MAX_TOKENS",
     "ChatCompletionRequest",
     "ChatMessage",
     "CompletionRequest",
+    "ContentPart",
     "EndpointKind",
     "RequestLimits",
     "StreamOptions",
+    "Tool",
+    "completion_budget",
     "parse_request",
 ]

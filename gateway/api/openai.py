@@ -60,7 +60,7 @@ class GenerationHandler:
             body_limit = self.admission.body_limit(tenant, self.limits.max_body_bytes)
             body = await self._read_body(receive, body_limit)
             request = parse_request(self.kind, body, self.limits, body_limit)
-            ticket = await self.admission.admit(tenant, request, len(body))
+            ticket = await self.admission.admit(tenant, request, len(body), self.kind)
             if ticket.hold is not None:  # a slot in Redis, shared with other replicas
                 admitted = ticket
                 channel.before_finish(lambda: admitted.release(used_tokens(record)))

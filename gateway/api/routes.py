@@ -54,7 +54,8 @@ async def health(request: Request) -> Response:
 
 async def ready(request: Request) -> Response:
     runtime = runtime_of(request)
-    tiers = {tier.name: tier.healthy for tier in runtime.tiers}
+    # Usable: healthy and not ejected by its circuit breaker (requests would skip it).
+    tiers = {tier.name: tier.usable for tier in runtime.tiers}
     ok = any(tiers.values()) and not request.app.state.gateway.draining
     return JSONResponse({"ready": ok, "tiers": tiers}, status_code=200 if ok else 503)
 

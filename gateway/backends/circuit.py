@@ -61,6 +61,11 @@ class CircuitBreaker:
             self.ejections = 0
             self.trial_in_flight = False
 
+    def on_inconclusive(self) -> None:
+        """The request failed in a way that says nothing about this endpoint (other endpoints
+        failed on it alike): no verdict, but a half-open trial is over."""
+        self.trial_in_flight = False
+
     def on_failure(self) -> None:
         self.consecutive_failures += 1
         if self.state is CircuitState.HALF_OPEN or (

@@ -121,6 +121,11 @@ class TierBackend:
     def healthy(self) -> bool:
         return any(state.healthy for state in self.endpoints)
 
+    @property
+    def usable(self) -> bool:
+        """Some endpoint passes its health checks and is not ejected by its circuit."""
+        return any(state.usable for state in self.endpoints)
+
     def close(self) -> None:
         for state in self.endpoints:
             state.pool.close()

@@ -1,9 +1,10 @@
 """One attempt against one endpoint: send, classify the outcome, keep the books, relay.
 
 Bookkeeping per attempt: the endpoint's in-flight count, its circuit breaker (only health
-failures count; saturation is load, not sickness), the tier's slot queue, and an Attempt
-on the request record. Failures before the first byte raise `AttemptFailed`, which the
-service turns into the next attempt.
+failures count; saturation is load, not sickness; an engine's 5xx is judged by the service,
+see `GATEWAY_FAILURES`), the tier's slot queue, and an Attempt on the request record.
+Failures before the first byte raise `AttemptFailed`, which the service turns into the next
+attempt.
 """
 
 from __future__ import annotations
@@ -37,15 +38,23 @@ from gateway.stats import Attempt
 CLIENT_ERRORS: Final = frozenset({400, 413, 422})
 SATURATED_STATUSES: Final = frozenset({429, 503})
 SATURATED: Final = "saturated"
+STATUS_5XX: Final = "status_5xx"
+# A proxy's 502 or 504 says the endpoint is unreachable. An engine's own 5xx (500, 501, ...)
+# may be this endpoint's fault or this request's: the service judges it by what the next
+# endpoint answers (`AttemptFailed.judged_later`), so one poisoned request cannot eject
+# every tier.
+GATEWAY_FAILURES: Final = frozenset({502, 504})
 
 
 class AttemptFailed(Exception):
     """The attempt failed before anything reached the client; another may follow."""
 
-    def __init__(self, outcome: str, error: TiergateError) -> None:
+    def __init__(self, outcome: str, error: TiergateError, *, judged_later: bool = False) -> None:
         super().__init__(outcome)
         self.outcome = outcome
         self.error = error
+        # True: the circuit breaker's verdict waits for the next endpoint's answer.
+        self.judged_later = judged_later
 
 
 class Attempter:
@@ -82,7 +91,7 @@ class Attempter:
             endpoint.inflight -= 1
             for listener in self.listeners:
                 listener.upstream_finished(tier.name, record.tenant)
-            if failure.outcome != SATURATED:
+            if failure.outcome != SATURATED and not failure.judged_later:
                 endpoint.circuit.on_failure()
             tier.slot_freed()
             record.attempts.append(Attempt(tier.index, endpoint.url, failure.outcome))
@@ -140,8 +149,9 @@ class Attempter:
         if status in SATURATED_STATUSES:
             error = ServiceUnavailableError(f"Upstream is saturated (HTTP {status}).")
             raise AttemptFailed(SATURATED, error)
-        outcome = "status_5xx" if status >= 500 else "status_4xx"
-        raise AttemptFailed(outcome, UpstreamError(f"Upstream answered HTTP {status}."))
+        outcome = STATUS_5XX if status >= 500 else "status_4xx"
+        error = UpstreamError(f"Upstream answered HTTP {status}.")
+        raise AttemptFailed(outcome, error, judged_later=status not in GATEWAY_FAILURES)
 
 
-__all__ = ["SATURATED", "AttemptFailed", "Attempter"]
+__all__ = ["SATURATED", "STATUS_5XX", "AttemptFailed", "Attempter"]

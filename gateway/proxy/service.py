@@ -9,7 +9,7 @@ retryable; after it, a failure ends the stream with an OpenAI-style error event.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from gateway.backends.h1client import UpstreamResponse
@@ -21,6 +21,7 @@ from gateway.errors import (
     RateLimitError,
     ServiceUnavailableError,
     TiergateError,
+    UpstreamError,
 )
 from gateway.protocol import EndpointKind
 from gateway.proxy.attempts import SATURATED, Attempter, AttemptFailed
@@ -37,18 +38,47 @@ PIN_SEPARATOR: Final = "@"
 
 @dataclass(slots=True)
 class _Failures:
-    """What went wrong so far, to pick the error the client finally gets."""
+    """What went wrong so far, to pick the error the client finally gets, and the endpoints
+    whose engine error awaits a verdict (`AttemptFailed.judged_later`)."""
 
     last: TiergateError | None = None
     saturated: int = 0
     other: int = 0
+    suspects: list[EndpointState] = field(default_factory=list)
 
-    def add(self, failure: AttemptFailed) -> None:
+    def add(self, failure: AttemptFailed, endpoint: EndpointState) -> bool:
+        """Books a failed attempt; False when the request must not be tried further."""
         self.last = failure.error
         if failure.outcome == SATURATED:
             self.saturated += 1
-        else:
-            self.other += 1
+            return True
+        self.other += 1
+        if not failure.judged_later:
+            return True
+        if self.suspects:
+            # A second endpoint failed on this request too: the request is the cause. No
+            # endpoint is blamed, and no third one is put at risk.
+            self.acquit(endpoint)
+            self.last = UpstreamError(
+                f"{failure.error.message} Another endpoint failed on this request as well; "
+                "it is not retried further."
+            )
+            return False
+        self.suspects.append(endpoint)
+        return True
+
+    def served(self) -> None:
+        """Another endpoint answered: the earlier engine errors were those endpoints' own."""
+        for suspect in self.suspects:
+            suspect.circuit.on_failure()
+        self.suspects.clear()
+
+    def acquit(self, *others: EndpointState) -> None:
+        """No verdict on the suspects (and `others`): the request failed alike elsewhere, or
+        nothing else was tried."""
+        for suspect in (*self.suspects, *others):
+            suspect.circuit.on_inconclusive()
+        self.suspects.clear()
 
     @property
     def only_saturation(self) -> bool:
@@ -202,8 +232,20 @@ class ProxyService:
             # once. A JSON request is answered in one piece, so it does without the watcher
             # task (a measurable share of the per-request cost).
             exchange.channel.watch_disconnect(abort_upstream)
-        decision = exchange.decision
         failures = _Failures()
+        try:
+            await self._serve(exchange, tenant, failures, current)
+        finally:
+            failures.acquit()
+
+    async def _serve(
+        self,
+        exchange: Exchange,
+        tenant: Tenant,
+        failures: _Failures,
+        current: list[UpstreamResponse],
+    ) -> None:
+        decision = exchange.decision
         plan = self.attempt_plan(decision, tenant)
         if await self._try_tiers(exchange, plan, failures, current):
             return
@@ -256,10 +298,10 @@ class ProxyService:
                 try:
                     await run(exchange, tier, endpoint, current)
                 except AttemptFailed as failure:
-                    failures.add(failure)
-                    if exchange.channel.disconnected:
+                    if not failures.add(failure, endpoint) or exchange.channel.disconnected:
                         return False
                     continue
+                failures.served()
                 return True
         return False
 
@@ -274,8 +316,9 @@ class ProxyService:
         try:
             await self._attempter.run(exchange, tier, endpoint, current)
         except AttemptFailed as failure:
-            failures.add(failure)
+            failures.add(failure, endpoint)
             return False
+        failures.served()
         return True
 
     def _degrade_plan(self, decision: Decision, tenant: Tenant) -> list[TierBackend]:

@@ -21,7 +21,13 @@ import orjson
 from pydantic import ValidationError
 
 from gateway.errors import TiergateError
-from gateway.protocol import EndpointKind, RequestLimits, parse_request
+from gateway.protocol import (
+    COMPLETIONS_DEFAULT_MAX_TOKENS,
+    EndpointKind,
+    RequestLimits,
+    completion_budget,
+    parse_request,
+)
 from gateway.sim import textgen, tokenizer
 from gateway.sim.engine import Engine, EngineConfig, Sequence, SequenceGroup
 from gateway.sim.faults import Faults
@@ -250,7 +256,7 @@ class SimServer:
         for text, rendered in prompts:
             prompt_ids = tokenizer.encode(rendered)
             prompt_tokens += len(prompt_ids)
-            limit = self._token_budget(request, len(prompt_ids))
+            limit = self._token_budget(kind, request, len(prompt_ids))
             for choice in range(choices):
                 pieces, reason, stop = self._answer(request, text, choice, limit, tool_call)
                 sequences.append(
@@ -303,7 +309,7 @@ class SimServer:
             return cut, "length", None
         return cut, "stop", matched
 
-    def _token_budget(self, request: dict[str, Any], prompt_tokens: int) -> int:
+    def _token_budget(self, kind: EndpointKind, request: dict[str, Any], prompt_tokens: int) -> int:
         """The tokens an answer may have; vLLM's errors for a prompt or max_tokens too long."""
         max_model_len = self.config.max_model_len
         if prompt_tokens >= max_model_len:
@@ -312,7 +318,9 @@ class SimServer:
                 f"This model's maximum context length is {max_model_len} tokens. "
                 f"However, your request has {prompt_tokens} input tokens.",
             )
-        max_tokens = request.get("max_completion_tokens") or request.get("max_tokens")
+        _, max_tokens = completion_budget(kind, request)
+        if max_tokens is None and kind == "completions":
+            max_tokens = COMPLETIONS_DEFAULT_MAX_TOKENS
         budget = max_model_len - prompt_tokens
         if max_tokens is not None and max_tokens > budget:
             raise SimError(

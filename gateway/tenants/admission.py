@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.errors import InvalidRequestError
+from gateway.protocol import COMPLETIONS_DEFAULT_MAX_TOKENS, EndpointKind, completion_budget
 from gateway.tenants.limits import TenantLimiter, TenantLimits, estimate_tokens
 from gateway.tenants.registry import Tenant
 from gateway.tenants.shared_limits import SharedHold, SharedLimiter
@@ -86,18 +87,25 @@ class Admission:
         own = tenant.settings.limits.max_body_bytes
         return gateway_limit if own is None else min(own, gateway_limit)
 
-    async def admit(self, tenant: Tenant, request: dict[str, Any], body_bytes: int) -> Ticket:
+    async def admit(
+        self,
+        tenant: Tenant,
+        request: dict[str, Any],
+        body_bytes: int,
+        kind: EndpointKind,
+    ) -> Ticket:
         """Applies the tenant's max_tokens cap (may set max_tokens), then its limits."""
         cap = tenant.settings.limits.max_tokens
-        asked = request.get("max_completion_tokens") or request.get("max_tokens")
-        if cap is not None:
+        field, asked = completion_budget(kind, request)
+        if asked is None and kind == "completions":
+            asked = COMPLETIONS_DEFAULT_MAX_TOKENS  # what vLLM generates when unset
+            if cap is not None and cap < asked:
+                request["max_tokens"] = asked = cap
+        elif cap is not None:
             if asked is None:
-                # Without a cap the engine may generate up to the context length.
+                # Without a cap a chat request may generate up to the context length.
                 request["max_tokens"] = asked = cap
             elif asked > cap:
-                field = (
-                    "max_completion_tokens" if "max_completion_tokens" in request else "max_tokens"
-                )
                 raise InvalidRequestError(
                     f"{field} is {asked}; this key may ask for at most {cap}.",
                     param=field,

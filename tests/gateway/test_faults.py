@@ -130,12 +130,35 @@ def test_5xx_burst_escalates_and_opens_the_circuit(fault_ladder: Ladder) -> None
             assert status == 200 and headers["x-tiergate-tier"] == "w4a16"
         assert nvfp4.stats()["requests"] == seen  # ejected: not even tried
         assert attempts(gw, "nvfp4", "status_5xx") == 3
+        with urllib.request.urlopen(f"{gw.url}/ready", timeout=5) as response:
+            ready = json.loads(response.read())  # ready: other tiers serve
+        assert ready["ready"] is True and ready["tiers"]["nvfp4"] is False
         assert (
             gw.metric_at_least(
                 "tiergate_circuit_state", {"tier": "nvfp4", "endpoint": f"{nvfp4.url}/v1"}, 2
             )
             == 2
         )
+
+
+def test_a_request_every_engine_fails_on_ejects_nobody(fault_ladder: Ladder) -> None:
+    """An engine 500 on two endpoints for one request blames the request, not the endpoints:
+    it is not sent to a third, the client gets one clear 502, and no circuit opens however
+    often it is sent (one client's poisoned request must not take the tiers down)."""
+    for sim in fault_ladder.sims:
+        sim.faults(error_rate=1.0)
+    with GatewayThread(settings(fault_ladder), policy_factory=fixed_policy(0)) as gw:
+        for _ in range(6):  # twice the failure threshold
+            status, _, body = chat(gw)
+            assert status == 502
+            assert "not retried further" in json.loads(body)["error"]["message"]
+        assert attempts(gw, "nvfp4", "status_5xx") == 6
+        assert attempts(gw, "w4a16", "status_5xx") == 6
+        assert fault_ladder.sims[2].stats()["requests"] == 0
+        for sim in fault_ladder.sims:
+            sim.faults(error_rate=0.0)
+        status, headers, _ = chat(gw)
+        assert status == 200 and headers["x-tiergate-tier"] == "nvfp4"  # still in service
 
 
 def test_drop_mid_stream_ends_with_an_error_event(fault_ladder: Ladder) -> None:

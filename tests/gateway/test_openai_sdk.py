@@ -92,6 +92,18 @@ def test_completions_stream_and_not(client: OpenAI) -> None:
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 6
 
 
+def test_completions_length_follows_vllm(client: OpenAI) -> None:
+    """vLLM's completions endpoint generates 16 tokens when max_tokens is unset and ignores
+    max_completion_tokens (a chat field); the simulated tiers do the same."""
+    long_answer = "Write a very long story about the sea, " * 4
+    unset = client.completions.create(model=MODEL, prompt=long_answer)
+    assert unset.usage is not None and unset.usage.completion_tokens == 16
+    ignored = client.completions.create(
+        model=MODEL, prompt=long_answer, max_tokens=5, extra_body={"max_completion_tokens": 40}
+    )
+    assert ignored.usage is not None and ignored.usage.completion_tokens == 5
+
+
 def test_completions_answer_every_prompt_of_a_list(client: OpenAI) -> None:
     prompts = ["Once upon a time", "Rewrite this: the quick brown fox"]
     model = f"{MODEL}@bf16"

@@ -96,7 +96,36 @@ def test_common_bodies_take_the_fast_path() -> None:
         (b'{"model": "m", "messages": [{"role": ["x"], "content": "c"}]}', "messages.0.role"),
         (b'{"model": "m", "messages": [{"role": "user", "content": 5}]}', "messages.0.content"),
         (b'{"model": "m", "messages": [{"role": "user"}], "n": 0}', "n"),
-        (b'{"model": "m", "messages": [{"role": "user"}], "stop": [1]}', "stop"),
+        (b'{"model": "m", "messages": [{"role": "user"}], "stop": [1]}', "stop.0"),
+        # Nested fields vLLM validates are validated here too, so they never reach a tier.
+        (
+            b'{"model": "m", "messages": [{"role": "user", "content": "hi"}],'
+            b' "tools": [{"type": "function", "function": 5}]}',
+            "tools.0.function",
+        ),
+        (
+            b'{"model": "m", "messages": [{"role": "user", "content": "hi"}],'
+            b' "tools": [{"type": "function", "function": {"description": "no name"}}]}',
+            "tools.0.function.name",
+        ),
+        (
+            b'{"model": "m", "messages": [{"role": "user", "content": [{"type": "text",'
+            b' "text": 5}]}]}',
+            "messages.0.content.0.text",
+        ),
+        (
+            b'{"model": "m", "messages": [{"role": "user", "content": [{"type": "text"}]}]}',
+            "messages.0.content.0",
+        ),
+        (
+            b'{"model": "m", "messages": [{"role": "assistant", "tool_calls": [{"id": "c",'
+            b' "type": "function", "function": {"name": "f", "arguments": {}}}]}]}',
+            "messages.0.tool_calls.0.function.arguments",
+        ),
+        (
+            b'{"model": "m", "messages": [{"role": "user"}], "logit_bias": {"7": "up"}}',
+            "logit_bias.7",
+        ),
     ],
 )
 def test_rejections_name_the_parameter(body: bytes, param: str) -> None:

@@ -54,3 +54,17 @@ def test_ejection_time_is_capped() -> None:
         clock.now += breaker.ejection_s + 0.1
         breaker.on_send()
     assert breaker.ejection_s == 30.0
+
+
+def test_an_inconclusive_trial_frees_the_half_open_slot_without_a_verdict() -> None:
+    clock = Clock()
+    breaker = CircuitBreaker(failure_threshold=2, base_ejection_s=5.0, clock=clock)
+    breaker.on_failure()
+    breaker.on_inconclusive()  # closed: the count of consecutive failures is untouched
+    breaker.on_failure()
+    assert breaker.state is CircuitState.OPEN
+    clock.now += 5.1
+    breaker.on_send()
+    assert not breaker.can_send()
+    breaker.on_inconclusive()  # the trial request failed elsewhere too: try another trial
+    assert breaker.state is CircuitState.HALF_OPEN and breaker.can_send()

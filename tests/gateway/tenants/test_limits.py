@@ -3,7 +3,9 @@ from __future__ import annotations
 import pytest
 
 from gateway.errors import RateLimitError
+from gateway.protocol import EndpointKind
 from gateway.tenants.limits import TenantLimiter, TenantLimits, TokenBucket
+from gateway.tenants.registry import Tenant
 
 
 class Clock:
@@ -129,13 +131,87 @@ def test_a_reload_that_tightens_concurrency_counts_the_requests_in_flight() -> N
         before = tenants(5)
         admission.configure(before.tenants)
         request = {"messages": [{"role": "user", "content": "hi"}]}
-        tickets = [await admission.admit(before.tenants["t"], dict(request), 10) for _ in range(5)]
+        tickets = [
+            await admission.admit(before.tenants["t"], dict(request), 10, "chat") for _ in range(5)
+        ]
         after = tenants(3)
         admission.configure(after.tenants)  # the reload
         with pytest.raises(RateLimitError, match="the limit is 3"):
-            await admission.admit(after.tenants["t"], dict(request), 10)
+            await admission.admit(after.tenants["t"], dict(request), 10, "chat")
         for ticket in tickets[:3]:
             await ticket.release(None)  # requests admitted before the reload still count down
-        await admission.admit(after.tenants["t"], dict(request), 10)
+        await admission.admit(after.tenants["t"], dict(request), 10, "chat")
 
     asyncio.run(scenario())
+
+
+def capped_tenant(cap: int) -> Tenant:
+    from gateway.config import parse_settings
+    from gateway.tenants.registry import TenantRegistry
+
+    settings = parse_settings(
+        {
+            "model": "m",
+            "tiers": [
+                {"name": p, "precision": p, "endpoints": [f"http://h:{port}/v1"]}
+                for port, p in ((1, "nvfp4"), (2, "bf16"))
+            ],
+            "tenants": [
+                {
+                    "name": "t",
+                    "api_keys": ["k"],
+                    "limits": {"max_tokens": cap, "tokens_per_minute": 100_000},
+                }
+            ],
+        }
+    )
+    return TenantRegistry(settings, {}).tenants["t"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "request_fields", "outcome"),
+    [
+        # Completions: vLLM reads max_tokens only, so the cap does too (it read 10 here).
+        ("completions", {"max_completion_tokens": 10, "max_tokens": 2000}, "max_tokens"),
+        # ... and ignores max_completion_tokens, whatever its type (it raised a TypeError: 500).
+        ("completions", {"max_completion_tokens": "x"}, {"max_tokens": None}),
+        # Unset, vLLM generates 16 tokens: the cap is set only where it is lower.
+        ("completions", {}, {"max_tokens": None}),
+        ("chat", {"max_completion_tokens": 10, "max_tokens": 2000}, {"max_tokens": 2000}),
+        ("chat", {"max_completion_tokens": 60}, "max_completion_tokens"),
+        ("chat", {}, {"max_tokens": 50}),
+    ],
+)
+def test_the_max_tokens_cap_reads_what_vllm_reads(
+    kind: EndpointKind, request_fields: dict[str, object], outcome: object
+) -> None:
+    import asyncio
+
+    from gateway.errors import InvalidRequestError
+    from gateway.tenants.admission import Admission
+
+    tenant = capped_tenant(50)
+    admission = Admission()
+    admission.configure({"t": tenant})
+    request = dict(request_fields)
+    if isinstance(outcome, str):
+        with pytest.raises(InvalidRequestError) as caught:
+            asyncio.run(admission.admit(tenant, request, 100, kind))
+        assert caught.value.param == outcome
+        return
+    asyncio.run(admission.admit(tenant, request, 100, kind))
+    assert isinstance(outcome, dict)
+    assert request.get("max_tokens") == outcome["max_tokens"]
+
+
+def test_a_low_cap_bounds_an_unset_completions_max_tokens() -> None:
+    import asyncio
+
+    from gateway.tenants.admission import Admission
+
+    tenant = capped_tenant(8)
+    admission = Admission()
+    admission.configure({"t": tenant})
+    request: dict[str, object] = {"prompt": "hi"}
+    asyncio.run(admission.admit(tenant, request, 100, "completions"))
+    assert request["max_tokens"] == 8
