@@ -6,6 +6,7 @@ proxy service, map errors to OpenAI JSON, sink the record. Nothing else happens 
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -19,6 +20,7 @@ from gateway.tenants.admission import Admission, Ticket
 from gateway.tenants.registry import TenantRegistry
 
 PIN_HEADER = b"x-tiergate-tier"
+log = logging.getLogger("tiergate.api")
 
 
 class GenerationHandler:
@@ -81,6 +83,16 @@ class GenerationHandler:
             if not channel.started:
                 headers = [(b"content-type", b"application/json"), *exc.headers()]
                 await channel.respond(exc.status, headers, exc.body())
+        except Exception:
+            # A defect in the gateway, never the client's doing: logged with its traceback,
+            # counted as a 500 and answered in OpenAI's shape (not the server's plain text).
+            log.exception("internal error serving a %s request", self.kind)
+            record.status = 500
+            if not channel.started:
+                error = TiergateError(
+                    "Internal error in the gateway; it has been logged.", code="internal_error"
+                )
+                await channel.respond(500, [(b"content-type", b"application/json")], error.body())
         finally:
             record.duration_s = time.perf_counter() - started
             channel.close()

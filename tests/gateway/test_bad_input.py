@@ -156,3 +156,23 @@ def test_a_header_pin_error_names_no_body_parameter(gw: GatewayThread) -> None:
     status, response = post(gw, json.dumps(CHAT).encode(), headers)
     error = assert_openai_error(status, response, 404)
     assert error["code"] == "tier_not_found" and error["param"] is None
+
+
+def test_a_gateway_defect_is_an_openai_shaped_500_and_counted(ladder: Ladder) -> None:
+    """Not a client's mistake: a bug inside the gateway (here a policy that raises). The
+    client still gets OpenAI's error shape, and the metrics count a 500, not status 0."""
+
+    class BrokenPolicy:
+        def decide(self, request: Any, kind: Any, tenant: Any) -> Any:
+            raise RuntimeError("a defect")
+
+    with GatewayThread(ladder.settings(), policy_factory=lambda _s: BrokenPolicy()) as gw:
+        reply = send(
+            "POST",
+            f"{gw.url}/v1/chat/completions",
+            {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]},
+        )
+        assert reply.status == 500
+        assert reply.json()["error"]["code"] == "internal_error"
+        labels = {"tenant": "default", "tier": "_none", "endpoint": "chat", "status": "500"}
+        assert gw.settled_metric("tiergate_requests_total", labels, 1) == 1
