@@ -116,11 +116,16 @@ class GenerationHandler:
                 return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
-def used_tokens(record: RequestRecord) -> int:
-    """Tokens to charge the tenant: what the serving tier reported, nothing if none served."""
+def used_tokens(record: RequestRecord) -> int | None:
+    """Tokens to charge the tenant: what the serving tier reported, nothing if none served.
+
+    None (the admission estimate stays charged) when a tier served without reporting usage:
+    a stream the client left before its closing usage event has still cost tokens.
+    """
     if record.served_tier is None:
         return 0
-    return record.prompt_tokens + record.completion_tokens
+    used = record.prompt_tokens + record.completion_tokens
+    return used if used else None
 
 
 __all__ = ["GenerationHandler", "used_tokens"]

@@ -316,6 +316,45 @@ def test_client_disconnect_cancels_upstream(ladder: Ladder) -> None:
         slow.stop()
 
 
+def test_leaving_a_stream_early_does_not_refund_its_tokens() -> None:
+    """A stream left before its closing usage event has still cost tokens: the admission
+    estimate stays charged against the tenant's tokens_per_minute (it was refunded whole,
+    so a client could read most of a long stream, leave, and never be limited)."""
+    slow = Ladder.start(extra_args=("--time-scale", "50"))
+    try:
+        data = slow.settings().model_dump(mode="json")
+        data["tenants"][0]["limits"] = {"tokens_per_minute": 2500}
+        data["tenants"][0]["api_keys"] = [API_KEY]
+        from gateway.config import parse_settings
+
+        with GatewayThread(parse_settings(data)) as running:
+            conn = http.client.HTTPConnection("127.0.0.1", running.port, timeout=30)
+            body = {
+                "model": MODEL,
+                "messages": [{"role": "user", "content": "hi"}],
+                "max_tokens": 2000,
+                "stream": True,
+            }
+            conn.request(
+                "POST",
+                "/v1/chat/completions",
+                body=json.dumps(body),
+                headers={"authorization": f"Bearer {API_KEY}", "content-type": "application/json"},
+            )
+            response = conn.getresponse()
+            assert response.status == 200
+            assert response.readline().startswith(b"data: ")
+            conn.close()
+            time.sleep(0.5)  # the gateway sees the disconnect and releases the request
+            client = OpenAI(base_url=f"{running.url}/v1", api_key=API_KEY, max_retries=0)
+            with pytest.raises(openai.RateLimitError):
+                client.chat.completions.create(
+                    model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=600
+                )
+    finally:
+        slow.stop()
+
+
 def test_upstream_error_status_is_relayed_for_client_mistakes(client: OpenAI) -> None:
     # max_tokens beyond the context window: vLLM (and the simulator) answer 400.
     with pytest.raises(openai.BadRequestError) as caught:
