@@ -135,8 +135,8 @@ class GatewayMetrics:
         )
         self.rejections = Counter(
             "tiergate_rejections",
-            "Requests refused before reaching a tier, by tenant and reason "
-            "(rate_limit, token_limit, concurrency, saturated, draining).",
+            "Requests refused before reaching a tier, by tenant and reason (rate_limit_exceeded, "
+            "token_limit_exceeded, concurrency_limit_exceeded, tiers_saturated).",
             ["tenant", "reason"],
             registry=registry,
         )

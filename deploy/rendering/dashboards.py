@@ -773,8 +773,8 @@ BACKENDS: Final = Dashboard(
         Row("Admission"),
         Panel(
             "Rejections by tenant and reason",
-            "Refused before reaching a tier: rate_limit, token_limit, concurrency, saturated, "
-            "draining.",
+            "Refused before reaching a tier: rate_limit_exceeded, token_limit_exceeded, "
+            "concurrency_limit_exceeded, tiers_saturated.",
             (
                 Query(
                     _sum("tenant, reason", _rate("tiergate_rejections_total", TENANT)),

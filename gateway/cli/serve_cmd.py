@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import enum
 import importlib.util
 import os
 import sys
@@ -20,6 +21,17 @@ def run_event_loop(main: Coroutine[Any, Any, None]) -> None:
     import uvloop
 
     uvloop.run(main)
+
+
+class LogLevel(enum.StrEnum):
+    """uvicorn's log levels (it raises a KeyError on any other)."""
+
+    critical = "critical"
+    error = "error"
+    warning = "warning"
+    info = "info"
+    debug = "debug"
+    trace = "trace"
 
 
 ConfigOption = Annotated[
@@ -85,12 +97,16 @@ def _refuse_busy_ports(host: str, port: int, sim_ports: list[int], config: Path 
 def up(
     *,
     port: Annotated[
-        int | None, typer.Option(help="Gateway port (default: the config's, else 8000).")
+        int | None,
+        typer.Option(min=1, max=65535, help="Gateway port (default: the config's, else 8000)."),
     ] = None,
     config: ConfigOption = None,
     sim_time_scale: Annotated[float, typer.Option(help="Simulator clock multiplier.")] = 1.0,
     sim_base_port: Annotated[
-        int, typer.Option(help="First of three ports for the embedded tiers (no --config).")
+        int,
+        typer.Option(
+            min=1, max=65533, help="First of three ports for the embedded tiers (no --config)."
+        ),
     ] = 9001,
     shadow_rate: Annotated[
         float,
@@ -173,10 +189,13 @@ def up(
 def serve(
     *,
     config: ConfigOption = None,
-    port: Annotated[int | None, typer.Option(help="Override server.port.")] = None,
+    port: Annotated[
+        int | None, typer.Option(min=1, max=65535, help="Override server.port.")
+    ] = None,
     host: Annotated[str | None, typer.Option(help="Override server.host.")] = None,
     workers: Annotated[
-        int | None, typer.Option(help="Processes (one per core); overrides server.workers.")
+        int | None,
+        typer.Option(min=1, max=256, help="Processes (one per core); overrides server.workers."),
     ] = None,
 ) -> None:
     """Run the gateway alone, in front of the tiers named in the configuration."""
@@ -220,7 +239,7 @@ async def _serve(app: object, host: str, port: int) -> None:
 def sim(
     *,
     precision: Annotated[str, typer.Option(help="bf16, fp16, fp8, w4a16 or nvfp4.")] = "bf16",
-    port: Annotated[int, typer.Option()] = 9001,
+    port: Annotated[int, typer.Option(min=1, max=65535)] = 9001,
     host: Annotated[str, typer.Option()] = "127.0.0.1",
     served_model_name: Annotated[
         str | None, typer.Option(help="Model id the server answers to.")
@@ -247,7 +266,7 @@ def sim(
         int | None, typer.Option(help="503 when this many requests wait.")
     ] = None,
     seed: Annotated[int, typer.Option(help="Seeds fault injection.")] = 0,
-    log_level: Annotated[str, typer.Option()] = "warning",
+    log_level: Annotated[LogLevel, typer.Option(case_sensitive=False)] = LogLevel.warning,
 ) -> None:
     """Run a vLLM-compatible simulated tier whose timing follows the cost model."""
     from gateway.launcher import die_with_parent
@@ -288,7 +307,7 @@ def sim(
         prefix_caching=prefix_caching,
     )
     server = SimServer(config, served_model_name or f"sim-{precision}", faults, seed=seed)
-    run_event_loop(serve_sim(server, host, port, log_level=log_level))
+    run_event_loop(serve_sim(server, host, port, log_level=log_level.value))
 
 
 def register(app: typer.Typer) -> None:

@@ -157,3 +157,26 @@ def test_up_with_a_config_keeps_its_port_and_its_privacy_choice(tmp_path: Path) 
         assert shadow["label_log"] == str(configured_log)
     finally:
         stop_processes([process])
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["serve", "--port", "70000"],  # it listened on 70000 - 65536 = 4464
+        ["serve", "--workers", "300"],  # above the config's own bound, 256
+        ["up", "--port", "70000"],  # an OverflowError traceback
+        ["up", "--sim-base-port", "65534"],  # its third tier would be on 65536
+        ["sim", "--port", "0"],
+        ["sim", "--log-level", "foo"],  # uvicorn's KeyError
+    ],
+)
+def test_out_of_range_options_are_usage_errors(argv: list[str]) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway.cli.main", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "Invalid value for" in done.stderr and "Traceback" not in done.stderr
