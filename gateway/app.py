@@ -367,7 +367,14 @@ def _redis_client(settings: Settings, environ: Mapping[str, str]) -> Any:
     url = resolve_secret(secret, shared.redis_url_env, environ)
     if not url:
         return None
-    import redis.asyncio
+    try:
+        import redis.asyncio
+    except ImportError:
+        raise ConfigError(
+            "shared_limits: a Redis URL is set (shared_limits.redis_url or $"
+            f"{shared.redis_url_env}) but the redis package is not installed: "
+            "pip install 'tiergate[redis]'"
+        ) from None
 
     # Short timeouts: a slow Redis must cost a request little before the local fallback.
     return redis.asyncio.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)

@@ -104,3 +104,29 @@ def test_no_key_is_committed() -> None:
             if keys:
                 found[str(path)] = keys
     assert not found, found
+
+
+def test_the_image_builds_its_wheels_with_the_compile_arg_set(tmp_path: Path) -> None:
+    """Docker puts the build arg TIERGATE_COMPILE=1 into every RUN's environment. The
+    dependency step builds tiergate in pip's isolated environment, which has no mypy, so it
+    must clear the arg; run here exactly as the Dockerfile writes it (without the deps)."""
+    import os
+    import shlex
+    import sys
+
+    dockerfile = (DEPLOY / "compose" / "Dockerfile").read_text()
+    step = re.search(r"^RUN (TIERGATE_COMPILE=\S+ )?pip wheel [^\\\n]*", dockerfile, re.M)
+    assert step is not None, "the dependency wheel step is missing"
+    argv = shlex.split(step.group(0).removeprefix("RUN "))
+    env = {**os.environ, "TIERGATE_COMPILE": "1"}
+    while "=" in argv[0]:
+        name, _, value = argv.pop(0).partition("=")
+        env[name] = value
+    assert argv[:2] == ["pip", "wheel"] and argv[-1] == ".[redis]"  # redis: shared limits
+    wheels = tmp_path / "wheels"
+    argv = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(wheels), "."]
+    done = subprocess.run(
+        argv, cwd=DEPLOY.parent, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert [p.name.split("-")[0] for p in wheels.iterdir()] == ["tiergate"]

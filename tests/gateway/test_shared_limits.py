@@ -82,3 +82,19 @@ def test_unreachable_redis_falls_back_to_local_limits(ladder: Ladder) -> None:
     )
     with GatewayThread(config) as gw:
         assert [chat(gw) for _ in range(3)] == [200, 200, 429]
+
+
+def test_a_redis_url_without_the_redis_package_is_a_config_error(
+    ladder: Ladder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An image built without the redis extra, given TIERGATE_REDIS_URL: one clear error
+    naming the extra, not an ImportError traceback in a restarting pod."""
+    import sys
+
+    from gateway.app import build_app
+    from gateway.config import ConfigError
+
+    monkeypatch.setitem(sys.modules, "redis", None)  # `import redis.asyncio` now fails
+    config = settings(ladder, "redis://127.0.0.1:6379/0", {"requests_per_second": 1})
+    with pytest.raises(ConfigError, match=r"pip install 'tiergate\[redis\]'"):
+        build_app(config, environ={})
