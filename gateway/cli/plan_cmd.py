@@ -195,7 +195,10 @@ def _settings(params: Path | None, hardware: str | None, model: str | None) -> S
     if params is not None:
         import yaml
 
-        loaded = yaml.safe_load(params.read_text(encoding="utf-8"))
+        try:
+            loaded = yaml.safe_load(params.read_text(encoding="utf-8"))
+        except yaml.YAMLError as exc:
+            raise ValueError(f"{params}: not valid YAML: {' '.join(str(exc).split())}") from None
         if loaded is not None and not isinstance(loaded, dict):
             raise ValueError(f"{params} is not a YAML mapping")
         data = dict(loaded or {})
@@ -306,6 +309,17 @@ def _write_overlay(
         path.write_text(json.dumps(doc["vllm_args"], indent=1) + "\n", encoding="utf-8")
         written.append(path)
     return written
+
+
+def _write_and_report(
+    directory: Path, tiers: dict[str, dict[str, Any]], settings: Settings
+) -> None:
+    try:
+        written = _write_overlay(directory, tiers, settings)
+    except OSError as exc:
+        raise _fail(f"--write {directory}: {exc}") from exc
+    for path in written:
+        typer.echo(f"wrote {path}", err=True)
 
 
 def _print_plans(settings: Settings, tiers: dict[str, dict[str, Any]]) -> None:
@@ -428,8 +442,7 @@ def plan(
         raise _fail(str(exc)) from exc
 
     if write is not None:
-        for path in _write_overlay(write, tiers, settings):
-            typer.echo(f"wrote {path}", err=True)
+        _write_and_report(write, tiers, settings)
     if json_out:
         out = {"hardware": settings.hardware.name, "model": settings.model.name, "tiers": tiers}
         typer.echo(json.dumps(out))
@@ -456,9 +469,9 @@ def breakeven(
     try:
         settings = _settings(params, hardware, model)
         points = [int(c) for c in concurrency.split(",") if c.strip()]
+        table = breakeven_table(CostModel.from_settings(settings), points, digits=digits)
     except (KeyError, ValueError, OSError) as exc:
         raise _fail(str(exc)) from exc
-    table = breakeven_table(CostModel.from_settings(settings), points, digits=digits)
     if json_out:
         typer.echo(json.dumps(table))
         return

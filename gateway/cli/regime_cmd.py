@@ -102,10 +102,10 @@ def register(app: typer.Typer) -> None:
         ] = "auto",
         block_tokens: Annotated[
             int | None,
-            typer.Option(help="tokens per block: Mooncake hash block (512) or replay (16)"),
+            typer.Option(min=1, help="tokens per block: Mooncake hash block (512) or replay (16)"),
         ] = None,
         capacity_blocks: Annotated[
-            int | None, typer.Option(help="LRU bound in blocks (default: KV capacity)")
+            int | None, typer.Option(min=1, help="LRU bound in blocks (default: KV capacity)")
         ] = None,
         hardware: Annotated[str, typer.Option(help="for the default capacity")] = "b200",
         precision: Annotated[str, typer.Option(help="for the default capacity")] = "bf16",
@@ -113,9 +113,9 @@ def register(app: typer.Typer) -> None:
             float, typer.Option(help="service model: prefill tokens/s")
         ] = 10_000.0,
         tpot_ms: Annotated[float, typer.Option(help="service model: ms per output token")] = 25.0,
-        ngram_min: Annotated[int, typer.Option(help="prompt_lookup_min")] = 2,
-        ngram_max: Annotated[int, typer.Option(help="prompt_lookup_max")] = 4,
-        num_spec_tokens: Annotated[int, typer.Option(help="num_speculative_tokens")] = 4,
+        ngram_min: Annotated[int, typer.Option(min=1, help="prompt_lookup_min")] = 2,
+        ngram_max: Annotated[int, typer.Option(min=1, help="prompt_lookup_max")] = 4,
+        num_spec_tokens: Annotated[int, typer.Option(min=1, help="num_speculative_tokens")] = 4,
     ) -> None:
         """Concurrency, prefix share and n-gram repetitiveness of a trace (Mooncake JSONL,
         Azure CSV, or chat logs with text)."""

@@ -19,6 +19,7 @@ repetitive the text is rather than how a model copies; the output says which was
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -54,6 +55,12 @@ class ServiceTimeModel:
     prefill_tokens_per_s: float = 10_000.0
     tpot_s: float = 0.025
     queue_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.prefill_tokens_per_s < math.inf:
+            raise ValueError(f"prefill tokens/s must be positive, got {self.prefill_tokens_per_s}")
+        if not (0.0 <= self.tpot_s < math.inf and 0.0 <= self.queue_s < math.inf):
+            raise ValueError("time per output token and queue time must be >= 0")
 
     def seconds(self, input_length: float, output_length: float) -> float:
         return self.queue_s + input_length / self.prefill_tokens_per_s + output_length * self.tpot_s

@@ -80,6 +80,10 @@ class Regime:
             raise PlanningError(f"rho must be in [0, 1], got {self.rho}")
         if not 0.0 <= self.r <= 1.0:
             raise PlanningError(f"r must be in [0, 1], got {self.r}")
+        if self.l_in is not None and not 0.0 <= self.l_in < math.inf:
+            raise PlanningError(f"L_in must be a length >= 0, got {self.l_in}")
+        if self.l_out is not None and not 0.0 < self.l_out < math.inf:
+            raise PlanningError(f"L_out must be a length > 0, got {self.l_out}")
 
 
 @dataclass(frozen=True)

@@ -122,6 +122,41 @@ def test_plan_usage_errors(args: list[str]) -> None:
     assert "error:" in result.output
 
 
+REGIME = "C=32,rho=0.85,r=0.6"
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["plan", "--params", "{bad}", "--regime", REGIME], "not valid YAML"),
+        (["plan", "breakeven", "--params", "{bad}"], "not valid YAML"),
+        (["plan", "--regime", REGIME, "--write", "{file}"], "--write"),
+        (["plan", "--regime", REGIME, "--write", "{file}/sub"], "--write"),
+        (["plan", "breakeven", "--concurrency", "0"], "concurrency must be positive"),
+        (["plan", "--regime", REGIME + ",L_out=0"], "L_out must be a length > 0"),
+        (["regime", "--trace", "{trace}", "--prefill-tps", "0"], "prefill tokens/s"),
+    ],
+)
+def test_bad_inputs_end_in_one_line_not_a_traceback(
+    args: list[str], says: str, tmp_path: Path
+) -> None:
+    """Each of these raised a traceback (a YAML parse error, an existing file as --write,
+    a zero concurrency or output length, a zero prefill rate)."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("not: [valid\n")
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    trace = tmp_path / "trace.csv"
+    trace.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n"
+    )
+    argv = [a.format(bad=bad, file=afile, trace=trace) for a in args]
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 2, result.output
+    assert "error:" in result.output and says in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
 class _Admin(BaseHTTPRequestHandler):
     body: ClassVar[dict[str, Any]] = {}
     seen_auth: ClassVar[list[str | None]] = []
