@@ -67,7 +67,7 @@ class DeployPlan:
         return self.targets[self.compose_target]
 
 
-def _overlay(target: str, hardware: str, plans_dir: Path) -> dict[str, Any]:
+def _overlay(target: str, hardware: str, model: str, plans_dir: Path) -> dict[str, Any]:
     path = plans_dir / target / "overlay.yaml"
     if not path.exists():
         return {}
@@ -77,6 +77,12 @@ def _overlay(target: str, hardware: str, plans_dir: Path) -> dict[str, Any]:
         raise ValueError(
             f"deploy/plans/{target}/overlay.yaml was planned for {planned_for}, but target "
             f"{target} runs on {hardware}: re-run `tiergate plan --hardware {hardware} --write`"
+        )
+    planned_model = doc.get("model")
+    if planned_model is not None and str(planned_model) != model:
+        raise ValueError(
+            f"deploy/plans/{target}/overlay.yaml was planned for the model {planned_model}, "
+            f"but deploy/plan.yaml serves {model}: re-run `tiergate plan --model {model} --write`"
         )
     return dict(doc.get("tiers") or {})
 
@@ -127,7 +133,7 @@ def load_plan(plan_file: Path = PLAN_FILE, plans_dir: Path = PLANS_DIR) -> Deplo
         settings = settings_from_mapping(
             {"hardware": raw_target["hardware"], "model": doc["model"]}
         )
-        overlay = _overlay(name, str(raw_target["hardware"]), plans_dir)
+        overlay = _overlay(name, str(raw_target["hardware"]), settings.model.name, plans_dir)
         ladder = [str(raw["name"]) for raw in doc["tiers"]]
         unknown = [tier for tier in overlay if tier not in ladder]
         if unknown:

@@ -120,6 +120,20 @@ def test_a_plan_written_for_another_gpu_is_refused(tmp_path: Path) -> None:
         load_plan(plans_dir=tmp_path / "plans")
 
 
+def test_a_plan_written_for_another_model_is_refused(tmp_path: Path) -> None:
+    """The right GPU but another checkpoint: its arguments would serve the wrong model."""
+    out = tmp_path / "plans" / "h200"
+    argv = ["plan", "--regime", "C=8,rho=0.9,r=0.9", "--hardware", "h200",
+            "--model", "qwen3-coder-30b-a3b", "--candidates", "bf16", "--write", str(out)]  # fmt: skip
+    result = CliRunner().invoke(cli, argv)
+    assert result.exit_code == 0, result.output
+    written = yaml.safe_load((out / "overlay.yaml").read_text(encoding="utf-8"))
+    written["tiers"] = {"bf16": written["tiers"]["default"]}
+    (out / "overlay.yaml").write_text(yaml.safe_dump(written), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"planned for the model qwen3-coder-30b-a3b"):
+        load_plan(plans_dir=tmp_path / "plans")
+
+
 def test_an_overlay_for_a_tier_the_ladder_lacks_is_refused(tmp_path: Path) -> None:
     # `plan --regime --write` names its one tier "default": dropped in as is, it would be
     # ignored without a word.
