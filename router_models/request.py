@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 __all__ = ["CHARS_PER_TOKEN", "RequestView", "content_text", "view_request"]
 
@@ -168,9 +168,16 @@ def _structured(value: Any) -> bool:
     return isinstance(value, Mapping) and value.get("type", "text") != "text"
 
 
+# JSON integers are unbounded; past these the value means "huge" alike, and a float holds it.
+_LARGEST_NUMBER: Final = 1e300
+_LARGEST_COUNT: Final = 1 << 20
+
+
 def _number(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return math.nan
+    if isinstance(value, int) and abs(value) > _LARGEST_NUMBER:
+        return _LARGEST_NUMBER if value > 0 else -_LARGEST_NUMBER
     number = float(value)
     return number if math.isfinite(number) else math.nan
 
@@ -178,4 +185,4 @@ def _number(value: Any) -> float:
 def _count(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         return 1
-    return value
+    return min(value, _LARGEST_COUNT)

@@ -111,3 +111,20 @@ def test_never_raises_and_features_are_finite(request: dict[str, Any]) -> None:
 def test_odd_messages_never_raise(messages: list[dict[str, Any]]) -> None:
     features = dense_features_of({"messages": messages})
     assert all(math.isfinite(x) for x in features)
+
+
+def test_integers_beyond_float_range_are_read_as_huge() -> None:
+    """JSON integers are unbounded (a label file may hold a 400-digit max_tokens); float()
+    of one raised OverflowError in the view and in the batch path."""
+    from router_models.model import RouterModel, default_model_path
+
+    model = RouterModel.load(default_model_path())
+    huge = 10**400
+    for extra in ({"max_tokens": huge}, {"temperature": -huge}, {"n": huge}):
+        request = {"messages": [{"role": "user", "content": "hi"}], **extra}
+        view = view_request(request)
+        assert math.isfinite(view.max_tokens) or math.isnan(view.max_tokens)
+        assert all(math.isfinite(x) for x in dense_features_of(request))
+        one = model.predict_proba_one(request)
+        batch = model.predict_proba([request])[0]
+        assert all(math.isclose(a, b, abs_tol=1e-12) for a, b in zip(one, batch, strict=True))
