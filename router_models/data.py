@@ -137,8 +137,11 @@ def _rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     opener = gzip.open if path.name.endswith(".gz") else open
     line_no = 0
     try:
-        with opener(path, "rt", encoding="utf-8") as handle:
-            for line_no, line in enumerate(handle, start=1):
+        # Bytes, decoded one line at a time: a text stream decodes ahead in 8 KB chunks, so a
+        # bad byte would be reported lines before the line that holds it.
+        with opener(path, "rb") as handle:
+            for line_no, raw in enumerate(handle, start=1):
+                line = raw.decode("utf-8")
                 if not line.strip():
                     continue
                 try:
@@ -148,7 +151,9 @@ def _rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 if not isinstance(row, dict):
                     raise LabelDataError(name, "a row must be a JSON object", line_no)
                 yield line_no, row
-    except (OSError, EOFError, UnicodeDecodeError, zlib.error) as exc:
+    except UnicodeDecodeError as exc:
+        raise LabelDataError(name, f"not UTF-8 text ({exc.reason})", line_no) from None
+    except (OSError, EOFError, zlib.error) as exc:
         raise LabelDataError(name, f"cannot read: {exc}", line_no + 1) from None
 
 

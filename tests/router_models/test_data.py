@@ -122,3 +122,17 @@ def test_relative_and_absolute_labels() -> None:
     np.testing.assert_array_equal(adequacy(correct, "absolute")[:3], correct[:3])
     np.testing.assert_allclose(difficulty(correct)[:3], [0.5, 0.5, 0.0])
     assert difficulty(np.array([[1.0, 0.0]]))[0] == -1.0
+
+
+@pytest.mark.parametrize("bad_line", [4, 300])
+def test_invalid_utf8_names_its_own_line(tmp_path: Path, bad_line: int) -> None:
+    """Decoding ran ahead in 8 KB chunks: a bad byte on line 4 was reported on line 1, one on
+    line 300 on line 296."""
+    lines = [json.dumps({**GOOD, "id": str(i), "pad": "x" * 100}).encode() for i in range(400)]
+    lines[bad_line - 1] = lines[bad_line - 1].replace(b"hi", b"h\xff")
+    for name, opener in (("p.jsonl", open), ("p.jsonl.gz", gzip.open)):
+        path = tmp_path / name
+        with opener(path, "wb") as handle:
+            handle.write(b"\n".join(lines) + b"\n")
+        with pytest.raises(LabelDataError, match=f":{bad_line}: not UTF-8"):
+            load_labels([path], ["x", "y"])
