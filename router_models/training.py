@@ -20,7 +20,7 @@ large cross-model set (difficulty signal) with the small same-checkpoint precisi
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -118,8 +118,7 @@ def fit_router(
 def _fit_crossfit(labels: LabelSet, cfg: TrainConfig, feats: FeatureMatrix) -> RouterModel:
     target = difficulty(labels.correct, cfg.label)
     oof = np.empty(len(labels), dtype=np.float64)
-    folds = KFold(cfg.calibration_folds, shuffle=True, random_state=cfg.seed + 1)
-    for train, test in folds.split(np.arange(len(labels))):
+    for train, test in request_folds(labels, cfg.calibration_folds, cfg.seed + 1):
         oof[test] = _fit_scorer(cfg, _rows(feats, train), target[train]).score(_rows(feats, test))
     scorer = _fit_scorer(cfg, feats, target)
     calibration = TierCalibration(include_top=cfg.label == "absolute").fit(
@@ -212,8 +211,7 @@ def cross_validate(
     proba = np.empty((len(labels), len(labels.tiers)), dtype=np.float64)
     score = np.empty(len(labels), dtype=np.float64)
     fold_of = np.empty(len(labels), dtype=np.int64)
-    splitter = KFold(k, shuffle=True, random_state=cfg.seed)
-    for i, (train, test) in enumerate(splitter.split(np.arange(len(labels)))):
+    for i, (train, test) in enumerate(request_folds(labels, k, cfg.seed)):
         train_labels, train_feats = labels.subset(train), _rows(feats, train)
         if shared is None:
             model = fit_router(train_labels, cfg, features=train_feats)
@@ -227,13 +225,41 @@ def cross_validate(
     return CrossValidation(proba, score, fold_of)
 
 
+def request_groups(labels: LabelSet) -> NDArray[np.intp]:
+    """Per row, the index of its request (`request_key`) in order of first appearance.
+
+    Splits and folds keep a request's rows together: a duplicated prompt on both sides would
+    let calibration or a test fold see what the scorer trained on. Without duplicates every
+    row is its own group and the splits are exactly the row splits.
+    """
+    index: dict[str, int] = {}
+    return np.asarray(
+        [index.setdefault(request_key(r), len(index)) for r in labels.requests], dtype=np.intp
+    )
+
+
+def request_folds(
+    labels: LabelSet, k: int, seed: int
+) -> Iterator[tuple[NDArray[np.intp], NDArray[np.intp]]]:
+    """Shuffled K-fold (train rows, test rows) over requests rather than rows."""
+    groups = request_groups(labels)
+    n_groups = int(groups.max()) + 1 if groups.size else 0
+    if n_groups < k:
+        raise ValueError(f"--cv {k} needs at least {k} distinct requests, the data has {n_groups}")
+    for train, test in KFold(k, shuffle=True, random_state=seed).split(np.arange(n_groups)):
+        yield np.flatnonzero(np.isin(groups, train)), np.flatnonzero(np.isin(groups, test))
+
+
 def _split(labels: LabelSet, cfg: TrainConfig) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
-    n = len(labels)
+    """(scorer rows, calibration rows), a random split of the requests (`request_groups`)."""
+    groups = request_groups(labels)
+    n = int(groups.max()) + 1 if groups.size else 0
     n_cal = round(cfg.calibration_fraction * n)
     if n_cal < 2 or n - n_cal < 10:
-        raise ValueError(f"{n} rows are too few to split into scorer and calibration sets")
+        raise ValueError(f"{n} requests are too few to split into scorer and calibration sets")
     order = np.random.default_rng(cfg.seed).permutation(n)
-    return np.sort(order[n_cal:]), np.sort(order[:n_cal])
+    calibration = np.isin(groups, order[:n_cal])
+    return np.flatnonzero(~calibration), np.flatnonzero(calibration)
 
 
 def unseen_rows(scorer_labels: LabelSet, labels: LabelSet) -> NDArray[np.intp]:
