@@ -20,6 +20,7 @@ from typing import Any, Final, NamedTuple, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
+from router_models.features import DENSE_NAMES
 from router_models.ngrams import (
     BIGRAM_SALT,
     CHAR_SALT,
@@ -69,6 +70,11 @@ class LeanLinear:
         bin_edges: Sequence[NDArray[np.float64]],
         bin_coef: Sequence[NDArray[np.float64]],
     ) -> None:
+        if np.shape(gram_coef) != (spec.n_buckets,):
+            raise ValueError(
+                f"{np.size(gram_coef)} gram weights, but the gram spec hashes into "
+                f"{spec.n_buckets} buckets"
+            )
         self._spec = spec
         self._mask = spec.n_buckets - 1
         # array('d') indexes to a Python float ~4x faster than a numpy scalar (cache misses).
@@ -171,6 +177,7 @@ class TreeArrays:
         missing_left: NDArray[np.bool_],
         value: NDArray[np.float64],
         baseline: float,
+        n_features: int | None = None,
     ) -> None:
         n = feature.shape[0]
         for name, arr in (("threshold", threshold), ("left", left), ("right", right)):
@@ -181,10 +188,18 @@ class TreeArrays:
         inner = ~is_leaf
         if roots.size and (roots.min() < 0 or roots.max() >= n):
             raise ValueError("tree roots out of range")
+        # Children come after their parent (scikit-learn numbers nodes depth first), which
+        # also rules out cycles: every walk from a root ends at a leaf.
+        parent = np.flatnonzero(inner)
         if np.any(
-            (left[inner] < 0) | (left[inner] >= n) | (right[inner] < 0) | (right[inner] >= n)
+            (left[inner] <= parent)
+            | (left[inner] >= n)
+            | (right[inner] <= parent)
+            | (right[inner] >= n)
         ):
             raise ValueError("tree children out of range")
+        if n_features is not None and np.any((feature[inner] < 0) | (feature[inner] >= n_features)):
+            raise ValueError(f"tree features out of range (the trees read {n_features})")
         self.roots = roots
         self.feature = feature
         self.threshold = threshold
@@ -274,6 +289,8 @@ class LinearState(NamedTuple):
 def linear_state(meta: Mapping[str, Any], arrays: Arrays) -> LinearState:
     """The linear scorer's saved state, validated."""
     n_dense = int(meta["n_dense"])
+    if n_dense != len(DENSE_NAMES):
+        raise ValueError(f"{n_dense} dense features, this code computes {len(DENSE_NAMES)}")
     edges = [np.asarray(arrays[f"bin_edges_{j}"], dtype=np.float64) for j in range(n_dense)]
     coef = [np.asarray(arrays[f"bin_coef_{j}"], dtype=np.float64) for j in range(n_dense)]
     for e, w in zip(edges, coef, strict=True):
@@ -299,6 +316,7 @@ def tree_state(meta: Mapping[str, Any], arrays: Arrays) -> TreeArrays:
         missing_left=tree("missing_left", np.bool_),
         value=tree("value", np.float64),
         baseline=float(meta["baseline"]),
+        n_features=1 + len(DENSE_NAMES),  # the text score, then the dense features
     )
 
 

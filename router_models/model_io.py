@@ -196,7 +196,11 @@ def _build(document: dict[str, Any], arrays: dict[str, np.ndarray[Any, Any]]) ->
     def load_scorer() -> Scorer:
         from router_models.scorers import scorer_from_state
 
-        return scorer_from_state(name, scorer_doc["params"], scorer_doc["state"], scorer_arrays)
+        try:
+            return scorer_from_state(name, scorer_doc["params"], scorer_doc["state"], scorer_arrays)
+        except (KeyError, TypeError, ValueError) as exc:
+            # Loaded on first batch use, after load_model returned: still the model's fault.
+            raise ModelFormatError(f"invalid {name} scorer ({type(exc).__name__}: {exc})") from None
 
     cal_doc = document["calibration"]
     n_cal = int(cal_doc["n_calibrated"])

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -127,3 +128,62 @@ def test_default_model_ships_and_routes() -> None:
     for body in ODD_REQUESTS:
         p = model.predict_proba_one(body)
         assert len(p) == len(model.tiers) and p[-1] == 1.0
+
+
+def _tamper(out: Path, edit_doc: Any = None, edit_arrays: Any = None) -> None:
+    """Edits a saved model and re-seals its checksum, as a careless hand (or a tool) might."""
+    from router_models.model_io import _sha256
+
+    doc = json.loads((out / MODEL_FILE).read_text())
+    if edit_arrays is not None:
+        with np.load(out / ARRAYS_FILE) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+        edit_arrays(arrays)
+        np.savez_compressed(out / ARRAYS_FILE, **arrays)
+        doc["arrays_sha256"] = _sha256(out / ARRAYS_FILE)
+    if edit_doc is not None:
+        edit_doc(doc)
+    (out / MODEL_FILE).write_text(json.dumps(doc))
+
+
+def test_inconsistent_model_files_are_refused_at_load(
+    tmp_path: Path, linear_model: RouterModel, gbdt_model: RouterModel
+) -> None:
+    """Each of these loaded, then failed per request (IndexError), looped forever (a tree
+    node that is its own child) or scored silently wrong (a gram spec of other size)."""
+
+    def bits(doc: dict[str, Any]) -> None:
+        doc["gram_spec"]["bits"] = 17
+
+    def short_coef(arrays: dict[str, Any]) -> None:
+        arrays["scorer__gram_coef"] = arrays["scorer__gram_coef"][:-5]
+
+    def self_loop(arrays: dict[str, Any]) -> None:
+        root = int(arrays["scorer__tree_roots"][0])
+        arrays["scorer__tree_left"][root] = root
+
+    def far_feature(arrays: dict[str, Any]) -> None:
+        inner = np.flatnonzero(~arrays["scorer__tree_is_leaf"])
+        arrays["scorer__tree_feature"][inner[0]] = 999
+
+    cases = [
+        (linear_model, bits, None, "buckets"),
+        (linear_model, None, short_coef, "buckets"),
+        (gbdt_model, None, self_loop, "children"),
+        (gbdt_model, None, far_feature, "features out of range"),
+    ]
+    for i, (model, edit_doc, edit_arrays, says) in enumerate(cases):
+        out = model.save(tmp_path / f"m{i}")
+        _tamper(out, edit_doc, edit_arrays)
+        with pytest.raises(ModelFormatError, match=says):
+            RouterModel.load(out)
+
+
+def test_a_bad_scorer_parameter_is_a_format_error_when_the_scorer_loads(
+    tmp_path: Path, linear_model: RouterModel, three_tier: LabelSet
+) -> None:
+    out = linear_model.save(tmp_path / "m")
+    _tamper(out, edit_doc=lambda doc: doc["scorer"]["params"].update(bogus=1))
+    model = RouterModel.load(out)  # the hot path does not need the scikit-learn scorer
+    with pytest.raises(ModelFormatError, match="invalid linear scorer"):
+        model.predict_proba(list(three_tier.requests[:3]))
