@@ -23,6 +23,7 @@ ladder default `(k + 1) / K` for position k, and the caller is told so through
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from enum import StrEnum
@@ -91,8 +92,10 @@ def parse_costs(text: str, tiers: Sequence[str]) -> tuple[float, ...]:
             cost = float(value)
         except ValueError:
             raise TierError(f"cost of {name!r} is not a number: {value.strip()!r}") from None
-        if not cost > 0.0:
-            raise TierError(f"cost of {name!r} must be positive")
+        if not 0.0 < cost < math.inf:
+            raise TierError(f"cost of {name!r} must be a positive number, got {value.strip()!r}")
+        if name in given:
+            raise TierError(f"--costs names {name!r} twice")
         given[name] = cost
     unknown = sorted(set(given) - set(tiers))
     missing = [t for t in tiers if t not in given]

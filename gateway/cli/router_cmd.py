@@ -13,6 +13,7 @@ the commands, so other `tiergate` commands do not pay for them.
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -102,12 +103,17 @@ def train(
     seed: SeedOpt = 0,
     title: Annotated[str | None, typer.Option("--title", help="Model card title.")] = None,
     notes: Annotated[
-        Path | None, typer.Option("--notes", help="Markdown file appended to the model card.")
+        Path | None,
+        typer.Option(
+            "--notes", exists=True, dir_okay=False, help="Markdown file appended to the model card."
+        ),
     ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Train a router and write a model directory, its model card and a report."""
     with _errors():
+        # Read before anything is written, so a bad --notes leaves no half-written model.
+        notes_text = notes.read_text(encoding="utf-8") if notes else ""
         from router_models.card import CardFacts, render_card
         from router_models.training import TrainConfig, cross_validate, fit_router
 
@@ -198,7 +204,7 @@ def train(
                 data=data_facts,
                 metrics=held_out,
                 metrics_note=_cv_note(cv, scorer_labels is not None),
-                notes=notes.read_text() if notes else "",
+                notes=notes_text,
                 extra=_validation_note(len(labels)) if cv else {},
             )
         )
@@ -301,13 +307,20 @@ def tune(
 
         if alpha is None and budget is None:
             _fail("give --alpha, --budget or both")
+        if budget is not None and not 0.0 < budget < math.inf:
+            _fail(f"--budget is a mean relative cost per request, > 0; got {budget}")
         labels = _load(data, tiers)
         ladder_costs, cost_source = _costs(labels.tiers, costs)
         router = _load_model(model, labels.tiers)
+        complete = ~_any_nan(labels.correct)
+        if not complete.any():
+            _fail(
+                f"none of the {len(labels)} rows has a score for every tier "
+                f"({', '.join(labels.tiers)}): tune compares them all on each row"
+            )
         with _progress() as step:
             feats = _featurize(step, labels, None, router)
         proba = router.calibration.predict_proba(router.scorer.score(feats))
-        complete = ~_any_nan(labels.correct)
         p, c = proba[complete], labels.correct[complete]
         result = tune_thresholds(
             p,

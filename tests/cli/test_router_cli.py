@@ -352,3 +352,44 @@ def test_train_on_shadow_log_lines(data_file: Path, tmp_path: Path) -> None:
     doc = json.loads(result.stdout)
     assert doc["n_complete"] == 0 and "need complete rows" in doc["note"]
     assert doc["per_tier"]["nvfp4"]["auc"] > 0.6
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (["--alpha", "0.9", "--budget", "-1"], "--budget"),  # was exit 0, "no routed policy fits"
+        (["--alpha", "0.9", "--costs", "nvfp4=0.25,w4a16=0.5,bf16=inf"], "positive number"),
+        (["--alpha", "0.9", "--costs", "nvfp4=0.25,w4a16=0.5,nvfp4=0.3,bf16=1"], "twice"),
+    ],
+)
+def test_tune_refuses_bad_budgets_and_costs(
+    model_dir: Path, data_file: Path, extra: list[str], says: str
+) -> None:
+    argv = ["router", "tune", "--model", str(model_dir), "--data", str(data_file), *extra]
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 2 and says in result.stderr, result.stderr
+
+
+def test_tune_says_why_when_no_row_has_every_tier(model_dir: Path, tmp_path: Path) -> None:
+    data = tmp_path / "gaps.jsonl"
+    rows = [
+        {
+            "id": str(i),
+            "messages": [{"role": "user", "content": f"question {i}"}],
+            "correct": {"nvfp4": i % 2, "w4a16": None, "bf16": 1},  # the middle never labelled
+        }
+        for i in range(50)
+    ]
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    argv = ["router", "tune", "--model", str(model_dir), "--data", str(data), "--alpha", "0.9"]
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 2 and "none of the 50 rows" in result.stderr, result.stderr
+
+
+def test_a_missing_notes_file_writes_no_model(data_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "m"
+    argv = ["router", "train", "--data", str(data_file), "--tiers", TIERS, "--out", str(out),
+            "--notes", str(tmp_path / "none.md")]  # fmt: skip
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 2
+    assert not out.exists()  # model.json and arrays.npz were written before the error
