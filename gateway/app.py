@@ -214,6 +214,7 @@ class Gateway:
         app = Starlette(
             routes=[
                 Route("/v1/models", routes.list_models, methods=["GET"]),
+                Route("/v1/models/{model:path}", routes.retrieve_model, methods=["GET"]),
                 Route("/health", routes.health, methods=["GET"]),
                 Route("/ready", routes.ready, methods=["GET"]),
                 Route("/metrics", routes.metrics, methods=["GET"]),

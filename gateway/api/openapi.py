@@ -99,6 +99,27 @@ def openapi_document(public_model: str) -> dict[str, Any]:
                     },
                 }
             },
+            "/v1/models/{model}": {
+                "get": {
+                    "operationId": "retrieveModel",
+                    "security": [{"bearer": []}],
+                    "parameters": [
+                        {
+                            "name": "model",
+                            "in": "path",
+                            "required": True,
+                            "schema": {"type": "string"},
+                        }
+                    ],
+                    "responses": {
+                        "200": {
+                            "description": "The model, if the caller may use it",
+                            "content": {"application/json": {"schema": {"type": "object"}}},
+                        },
+                        **_error_responses(401, 404),
+                    },
+                }
+            },
             "/health": {
                 "get": {"operationId": "health", "responses": {"200": {"description": "alive"}}}
             },
@@ -106,8 +127,8 @@ def openapi_document(public_model: str) -> dict[str, Any]:
                 "get": {
                     "operationId": "ready",
                     "responses": {
-                        "200": {"description": "at least one tier healthy"},
-                        "503": {"description": "no tier healthy"},
+                        "200": {"description": "at least one tier usable"},
+                        "503": {"description": "no tier usable"},
                     },
                 }
             },

@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from gateway.api.openapi import openapi_document
-from gateway.errors import TiergateError
+from gateway.errors import NotFoundError, TiergateError
 
 if TYPE_CHECKING:
     from gateway.app import GatewayRuntime
@@ -34,18 +34,45 @@ def error_response(exc: TiergateError) -> Response:
     )
 
 
-async def list_models(request: Request) -> Response:
+def _model_ids(request: Request) -> list[str]:
+    """The public model and the pins the caller may use; raises 401 for a bad key."""
     runtime = runtime_of(request)
-    try:
-        tenant = runtime.tenants.authenticate(_header(request, "authorization"))
-    except TiergateError as exc:
-        return error_response(exc)
+    tenant = runtime.tenants.authenticate(_header(request, "authorization"))
     public = runtime.settings.model
     ids = [public]
     if tenant.allow_pinning:
         ids += [f"{public}@{runtime.settings.tiers[i].name}" for i in tenant.allowed_tiers]
-    data = [{"id": i, "object": "model", "created": _STARTED, "owned_by": "tiergate"} for i in ids]
-    return JSONResponse({"object": "list", "data": data})
+    return ids
+
+
+def _model(model_id: str) -> dict[str, object]:
+    return {"id": model_id, "object": "model", "created": _STARTED, "owned_by": "tiergate"}
+
+
+async def list_models(request: Request) -> Response:
+    try:
+        ids = _model_ids(request)
+    except TiergateError as exc:
+        return error_response(exc)
+    return JSONResponse({"object": "list", "data": [_model(i) for i in ids]})
+
+
+async def retrieve_model(request: Request) -> Response:
+    """GET /v1/models/{model} (the SDK's `models.retrieve`): one of `list_models`, else 404."""
+    try:
+        ids = _model_ids(request)
+    except TiergateError as exc:
+        return error_response(exc)
+    wanted = request.path_params["model"]
+    if wanted not in ids:
+        return error_response(
+            NotFoundError(
+                f"The model '{wanted}' does not exist or you do not have access to it.",
+                param="model",
+                code="model_not_found",
+            )
+        )
+    return JSONResponse(_model(wanted))
 
 
 async def health(request: Request) -> Response:
@@ -74,4 +101,12 @@ def _header(request: Request, name: str) -> bytes | None:
     return None if value is None else value.encode("latin-1")
 
 
-__all__ = ["error_response", "health", "list_models", "metrics", "openapi", "ready"]
+__all__ = [
+    "error_response",
+    "health",
+    "list_models",
+    "metrics",
+    "openapi",
+    "ready",
+    "retrieve_model",
+]

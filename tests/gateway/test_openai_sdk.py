@@ -234,6 +234,11 @@ def test_completion_options_the_simulator_refuses(client: OpenAI, field: str, va
 def test_models_lists_public_name_and_pins(client: OpenAI) -> None:
     ids = [model.id for model in client.models.list()]
     assert ids == [MODEL, f"{MODEL}@nvfp4", f"{MODEL}@w4a16", f"{MODEL}@bf16"]
+    for model_id in ids:  # the SDK's models.retrieve (it was a 404 for every id)
+        assert client.models.retrieve(model_id).id == model_id
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.models.retrieve(f"{MODEL}@fp8")
+    assert missing.value.code == "model_not_found"
 
 
 def test_tool_call_round_trip(client: OpenAI) -> None:
