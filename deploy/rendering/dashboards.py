@@ -742,7 +742,8 @@ BACKENDS: Final = Dashboard(
         ),
         Panel(
             "Upstream attempts by outcome",
-            "Every try against an endpoint: ok, connect_error, timeout, status_5xx, saturated.",
+            "Every try against an endpoint: ok, connect_error, timeout, status_5xx, saturated, "
+            "client_gone.",
             (
                 Query(
                     _sum("tier, outcome", _rate("tiergate_upstream_attempts_total", TIER)),

@@ -42,6 +42,10 @@ class UpstreamTimeout(UpstreamFailure):
     """Connect, first-byte or total deadline passed."""
 
 
+class UpstreamAborted(UpstreamFailure):
+    """The gateway dropped the exchange itself (its client left): no fault of the upstream."""
+
+
 class UpstreamProtocolError(UpstreamFailure):
     """The upstream spoke broken HTTP, or sent more than the caller allows."""
 
@@ -163,11 +167,15 @@ class UpstreamResponse:
             conn.close()
 
     def abort(self) -> None:
-        """Drops the connection at once; the upstream server sees the client go away."""
+        """Drops the connection at once; the upstream server sees the client go away. Works
+        before the headers are in too: the wait for them ends with UpstreamAborted."""
         conn, self._conn = self._conn, None
+        error = UpstreamAborted("aborted by the gateway")
         if conn is not None:
+            if conn.response is self:
+                conn.fail(error)
             conn.abort()
-        self._fail(UpstreamConnectError("aborted by the gateway"))
+        self._fail(error)
 
 
 class _Connection(asyncio.Protocol):
@@ -329,24 +337,38 @@ class ConnectionPool:
         *,
         first_byte_timeout_s: float,
         total_timeout_s: float,
+        started: list[UpstreamResponse] | None = None,
     ) -> UpstreamResponse:
-        """Sends a rendered request; returns when the response headers are in."""
+        """Sends a rendered request; returns when the response headers are in.
+
+        The response is appended to `started` as soon as the request is sent, so that its
+        owner can `abort()` it while the headers are still awaited.
+        """
         conn = self._pop_idle()
         if conn is not None:
             try:
-                return await self._exchange(conn, request, first_byte_timeout_s, total_timeout_s)
+                return await self._exchange(
+                    conn, request, first_byte_timeout_s, total_timeout_s, started
+                )
             except UpstreamConnectError:
                 # A reused connection can be closed by the server just as we write to it
                 # (keep-alive expiry); nothing reached the upstream's handler, so retry fresh.
                 pass
         conn = await self._connect()
-        return await self._exchange(conn, request, first_byte_timeout_s, total_timeout_s)
+        return await self._exchange(conn, request, first_byte_timeout_s, total_timeout_s, started)
 
     async def _exchange(
-        self, conn: _Connection, request: bytes, first_byte_s: float, total_s: float
+        self,
+        conn: _Connection,
+        request: bytes,
+        first_byte_s: float,
+        total_s: float,
+        started: list[UpstreamResponse] | None = None,
     ) -> UpstreamResponse:
         loop = self._loop or self._bind_loop()
         response = UpstreamResponse(conn, loop)
+        if started is not None:
+            started.append(response)
         waiter: asyncio.Future[None] = loop.create_future()
         conn.waiter = waiter
         deadline = loop.time() + total_s
@@ -418,6 +440,7 @@ class ConnectionPool:
 
 __all__ = [
     "ConnectionPool",
+    "UpstreamAborted",
     "UpstreamConnectError",
     "UpstreamFailure",
     "UpstreamProtocolError",

@@ -16,6 +16,7 @@ from typing import Final
 import orjson
 
 from gateway.backends.h1client import (
+    UpstreamAborted,
     UpstreamConnectError,
     UpstreamProtocolError,
     UpstreamResponse,
@@ -38,6 +39,8 @@ from gateway.stats import Attempt
 CLIENT_ERRORS: Final = frozenset({400, 413, 422})
 SATURATED_STATUSES: Final = frozenset({429, 503})
 SATURATED: Final = "saturated"
+# The client left while the upstream was still to answer; the gateway aborted the request.
+CLIENT_GONE: Final = "client_gone"
 STATUS_5XX: Final = "status_5xx"
 # A proxy's 502 or 504 says the endpoint is unreachable. An engine's own 5xx (500, 501, ...)
 # may be this endpoint's fault or this request's: the service judges it by what the next
@@ -85,19 +88,20 @@ class Attempter:
         for listener in self.listeners:
             listener.upstream_started(tier.name, record.tenant)
         try:
-            response = await self._send(exchange, tier, endpoint)
+            response = await self._send(exchange, tier, endpoint, current)
         except AttemptFailed as failure:
             exchange.waited += time.perf_counter() - asked
             endpoint.inflight -= 1
             for listener in self.listeners:
                 listener.upstream_finished(tier.name, record.tenant)
-            if failure.outcome != SATURATED and not failure.judged_later:
+            if failure.outcome == CLIENT_GONE:
+                endpoint.circuit.on_inconclusive()
+            elif failure.outcome != SATURATED and not failure.judged_later:
                 endpoint.circuit.on_failure()
             tier.slot_freed()
             record.attempts.append(Attempt(tier.index, endpoint.url, failure.outcome))
             raise
         exchange.waited += time.perf_counter() - asked
-        current.append(response)
         record.attempts.append(Attempt(tier.index, endpoint.url, "ok"))
         record.served_tier = tier.index
         record.status = response.status
@@ -120,9 +124,14 @@ class Attempter:
             tier.slot_freed()
 
     async def _send(
-        self, exchange: Exchange, tier: TierBackend, endpoint: EndpointState
+        self,
+        exchange: Exchange,
+        tier: TierBackend,
+        endpoint: EndpointState,
+        current: list[UpstreamResponse],
     ) -> UpstreamResponse:
-        """One request up to the response headers; classifies every failure."""
+        """One request up to the response headers (the response joins `current` as soon as
+        it is sent, so a client that leaves can abort it); classifies every failure."""
         body = orjson.dumps({**exchange.upstream_request, "model": tier.served_model_name})
         path = endpoint.chat_path if exchange.kind == "chat" else endpoint.completions_path
         try:
@@ -130,7 +139,11 @@ class Attempter:
                 endpoint.pool.render(b"POST", path, body),
                 first_byte_timeout_s=self.timeouts.first_byte_s,
                 total_timeout_s=self.timeouts.total_s,
+                started=current,
             )
+        except UpstreamAborted:
+            gone = UpstreamError("The client left before the upstream answered.")
+            raise AttemptFailed(CLIENT_GONE, gone) from None
         except UpstreamTimeout as exc:
             error: TiergateError = UpstreamTimeoutError(f"Upstream timed out: {exc}")
             raise AttemptFailed("timeout", error) from None

@@ -117,6 +117,42 @@ def test_slow_tier_times_out_then_escalates(fault_ladder: Ladder) -> None:
         assert attempts(gw, "nvfp4", "timeout") == 1
 
 
+def test_a_client_leaving_before_the_first_byte_aborts_the_upstream(
+    fault_ladder: Ladder,
+) -> None:
+    """A stream whose client leaves while the tier has not answered yet: the gateway drops
+    the upstream request at once (it waited for the headers, holding the tenant's slot),
+    blames no endpoint and tries no other tier."""
+    import http.client
+
+    fault_ladder.sims[0].faults(added_latency_s=3.0)
+    data = settings(fault_ladder, timeouts={"connect_s": 1.0, "first_byte_s": 10.0}).model_dump(
+        mode="json"
+    )
+    data["tenants"][0]["api_keys"] = [API_KEY]
+    data["tenants"][0]["limits"] = {"max_concurrency": 1}
+    from gateway.config import parse_settings
+
+    with GatewayThread(parse_settings(data), policy_factory=fixed_policy(0)) as gw:
+        conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10)
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": True}
+        conn.request(
+            "POST",
+            "/v1/chat/completions",
+            body=json.dumps(body),
+            headers={"authorization": f"Bearer {API_KEY}", "content-type": "application/json"},
+        )
+        time.sleep(0.3)  # sent, still waiting for the first byte
+        conn.close()
+        assert attempts(gw, "nvfp4", "client_gone") == 1
+        fault_ladder.sims[0].faults(added_latency_s=0.0)
+        started = time.monotonic()
+        status, headers, _ = chat(gw)  # the slot is free again, long before the 3 s stall
+        assert status == 200 and headers["x-tiergate-tier"] == "nvfp4"
+        assert time.monotonic() - started < 2.0
+        assert attempts(gw, "w4a16", "client_gone") + attempts(gw, "w4a16", "ok") == 0
+
+
 def test_5xx_burst_escalates_and_opens_the_circuit(fault_ladder: Ladder) -> None:
     nvfp4 = fault_ladder.sims[0]
     nvfp4.faults(error_rate=1.0)
