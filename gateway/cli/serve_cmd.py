@@ -98,7 +98,7 @@ def up(
     *,
     port: Annotated[
         int | None,
-        typer.Option(min=1, max=65535, help="Gateway port (default: the config's, else 8000)."),
+        typer.Option(min=0, max=65535, help="Gateway port (default: the config's, else 8000)."),
     ] = None,
     config: ConfigOption = None,
     sim_time_scale: Annotated[float, typer.Option(help="Simulator clock multiplier.")] = 1.0,
@@ -190,7 +190,7 @@ def serve(
     *,
     config: ConfigOption = None,
     port: Annotated[
-        int | None, typer.Option(min=1, max=65535, help="Override server.port.")
+        int | None, typer.Option(min=0, max=65535, help="Override server.port.")
     ] = None,
     host: Annotated[str | None, typer.Option(help="Override server.host.")] = None,
     workers: Annotated[
@@ -239,7 +239,7 @@ async def _serve(app: object, host: str, port: int) -> None:
 def sim(
     *,
     precision: Annotated[str, typer.Option(help="bf16, fp16, fp8, w4a16 or nvfp4.")] = "bf16",
-    port: Annotated[int, typer.Option(min=1, max=65535)] = 9001,
+    port: Annotated[int, typer.Option(min=0, max=65535)] = 9001,
     host: Annotated[str, typer.Option()] = "127.0.0.1",
     served_model_name: Annotated[
         str | None, typer.Option(help="Model id the server answers to.")

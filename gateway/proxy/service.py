@@ -46,26 +46,21 @@ class _Failures:
     other: int = 0
     suspects: list[EndpointState] = field(default_factory=list)
 
-    def add(self, failure: AttemptFailed, endpoint: EndpointState) -> bool:
-        """Books a failed attempt; False when the request must not be tried further."""
+    def add(self, failure: AttemptFailed, endpoint: EndpointState) -> None:
+        """Books a failed attempt; an engine error waits for a verdict (`served`, `acquit`)."""
         self.last = failure.error
         if failure.outcome == SATURATED:
             self.saturated += 1
-            return True
+            return
         self.other += 1
-        if not failure.judged_later:
-            return True
-        if self.suspects:
-            # A second endpoint failed on this request too: the request is the cause. No
-            # endpoint is blamed, and no third one is put at risk.
-            self.acquit(endpoint)
-            self.last = UpstreamError(
-                f"{failure.error.message} Another endpoint failed on this request as well; "
-                "it is not retried further."
-            )
-            return False
-        self.suspects.append(endpoint)
-        return True
+        if failure.judged_later:
+            self.suspects.append(endpoint)
+
+    @property
+    def request_blamed(self) -> bool:
+        """Every endpoint tried failed on this request with an engine error: the request, not
+        the endpoints, is the likely cause (a poisoned request; no circuit counts it)."""
+        return len(self.suspects) >= 2 and self.other == len(self.suspects)
 
     def served(self) -> None:
         """Another endpoint answered: the earlier engine errors were those endpoints' own."""
@@ -73,10 +68,10 @@ class _Failures:
             suspect.circuit.on_failure()
         self.suspects.clear()
 
-    def acquit(self, *others: EndpointState) -> None:
-        """No verdict on the suspects (and `others`): the request failed alike elsewhere, or
-        nothing else was tried."""
-        for suspect in (*self.suspects, *others):
+    def acquit(self) -> None:
+        """No endpoint served the request: no verdict on the suspects (it failed alike
+        everywhere, or nothing else could be tried)."""
+        for suspect in self.suspects:
             suspect.circuit.on_inconclusive()
         self.suspects.clear()
 
@@ -277,6 +272,11 @@ class ProxyService:
                 "No healthy endpoint is available for this request; try again shortly.",
                 retry_after_s=self.resilience.retry_after_s,
             )
+        if failures.request_blamed:
+            raise UpstreamError(
+                f"{failures.last.message} Every endpoint tried failed on this request alike "
+                f"({len(failures.suspects)}); none is blamed for it."
+            )
         raise failures.last
 
     async def _try_tiers(
@@ -298,7 +298,8 @@ class ProxyService:
                 try:
                     await run(exchange, tier, endpoint, current)
                 except AttemptFailed as failure:
-                    if not failures.add(failure, endpoint) or exchange.channel.disconnected:
+                    failures.add(failure, endpoint)
+                    if exchange.channel.disconnected:
                         return False
                     continue
                 failures.served()

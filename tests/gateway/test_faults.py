@@ -178,23 +178,37 @@ def test_5xx_burst_escalates_and_opens_the_circuit(fault_ladder: Ladder) -> None
 
 
 def test_a_request_every_engine_fails_on_ejects_nobody(fault_ladder: Ladder) -> None:
-    """An engine 500 on two endpoints for one request blames the request, not the endpoints:
-    it is not sent to a third, the client gets one clear 502, and no circuit opens however
-    often it is sent (one client's poisoned request must not take the tiers down)."""
+    """An engine 500 on every endpoint tried blames the request, not the endpoints: the
+    client gets one clear 502 and no circuit opens however often it is sent (one client's
+    poisoned request must not take the tiers down)."""
     for sim in fault_ladder.sims:
         sim.faults(error_rate=1.0)
     with GatewayThread(settings(fault_ladder), policy_factory=fixed_policy(0)) as gw:
         for _ in range(6):  # twice the failure threshold
             status, _, body = chat(gw)
             assert status == 502
-            assert "not retried further" in json.loads(body)["error"]["message"]
-        assert attempts(gw, "nvfp4", "status_5xx") == 6
-        assert attempts(gw, "w4a16", "status_5xx") == 6
-        assert fault_ladder.sims[2].stats()["requests"] == 0
+            assert "none is blamed" in json.loads(body)["error"]["message"]
+        for tier in ("nvfp4", "w4a16", "bf16"):
+            assert attempts(gw, tier, "status_5xx") == 6
         for sim in fault_ladder.sims:
             sim.faults(error_rate=0.0)
         status, headers, _ = chat(gw)
         assert status == 200 and headers["x-tiergate-tier"] == "nvfp4"  # still in service
+
+
+def test_two_broken_tiers_are_ejected_while_the_top_serves(fault_ladder: Ladder) -> None:
+    """Engine 500s from two tiers while the top tier serves the same requests: the 500s were
+    the endpoints' own, so their circuits count them and open."""
+    for sim in fault_ladder.sims[:2]:
+        sim.faults(error_rate=1.0)
+    with GatewayThread(settings(fault_ladder), policy_factory=fixed_policy(0)) as gw:
+        for _ in range(3):  # the failure threshold
+            status, headers, _ = chat(gw)
+            assert status == 200 and headers["x-tiergate-tier"] == "bf16"
+        seen = [sim.stats()["requests"] for sim in fault_ladder.sims[:2]]
+        status, headers, _ = chat(gw)
+        assert status == 200 and headers["x-tiergate-tier"] == "bf16"
+        assert [sim.stats()["requests"] for sim in fault_ladder.sims[:2]] == seen  # ejected
 
 
 def test_drop_mid_stream_ends_with_an_error_event(fault_ladder: Ladder) -> None:

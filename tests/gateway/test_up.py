@@ -166,7 +166,7 @@ def test_up_with_a_config_keeps_its_port_and_its_privacy_choice(tmp_path: Path) 
         ["serve", "--workers", "300"],  # above the config's own bound, 256
         ["up", "--port", "70000"],  # an OverflowError traceback
         ["up", "--sim-base-port", "65534"],  # its third tier would be on 65536
-        ["sim", "--port", "0"],
+        ["sim", "--port", "65536"],
         ["sim", "--log-level", "foo"],  # uvicorn's KeyError
     ],
 )
