@@ -111,9 +111,28 @@ class GenerationHandler:
             chunk = message.get("body", b"")
             size += len(chunk)
             parts.append(chunk)
-            # Past the limit: stop reading; parse_request raises the 413 with the figures.
-            if size > limit or not message.get("more_body", False):
+            if not message.get("more_body", False):
                 return parts[0] if len(parts) == 1 else b"".join(parts)
+            if size > limit:
+                # Past the limit parse_request answers 413. The rest is read and dropped
+                # first: closing a socket with unread data sends a reset, and a client still
+                # sending its body then loses the 413 to "connection reset by peer".
+                await _drain(receive, DRAIN_BYTES)
+                return b"".join(parts)
+
+
+# How much of an oversized body is read and dropped so the client can read its 413.
+DRAIN_BYTES = 16 * 1024 * 1024
+
+
+async def _drain(receive: Receive, budget: int) -> None:
+    while budget > 0:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+        budget -= len(message.get("body", b""))
+        if not message.get("more_body", False):
+            return
 
 
 def used_tokens(record: RequestRecord) -> int | None:
