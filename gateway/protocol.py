@@ -33,9 +33,10 @@ Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
 
 
 class ContentPart(OpenAIModel):
-    """One part of a message's content; a text part must carry its text as a string."""
+    """One part of a message's content; a text part must carry its text as a string. The
+    type may be absent: vLLM also takes bare `{"image_url": "..."}` parts."""
 
-    type: str
+    type: str | None = None
     text: str | None = None
 
     @model_validator(mode="after")
@@ -65,7 +66,7 @@ class ChatMessage(OpenAIModel):
 
 
 class FunctionDefinition(OpenAIModel):
-    name: str = Field(min_length=1)
+    name: str
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -139,3 +140,59 @@ def test_pydantic_still_guards_the_slow_path() -> None:
         ChatCompletionRequest.model_validate(
             {"model": "m", "messages": [{"role": "user", "content": 5}]}
         )
+
+
+@pytest.mark.parametrize(
+    "messages_and_fields",
+    [
+        # Parts vLLM 0.32 accepts, bare ones without a type included (its "simple" forms).
+        {"messages": [{"role": "user", "content": [{"image_url": "http://x/i.png"}]}]},
+        {"messages": [{"role": "user", "content": [{"audio_url": "http://x/a.wav"}]}]},
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "what is this?"},
+                        {"type": "image_url", "image_url": {"url": "http://x/i.png"}},
+                        {"type": "input_audio", "input_audio": {"data": "AA==", "format": "wav"}},
+                    ],
+                }
+            ]
+        },
+        # An assistant turn that called a tool, and the tool's answer.
+        {
+            "messages": [
+                {"role": "user", "content": "weather?"},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "call_1",
+                            "type": "function",
+                            "function": {"name": "get_weather", "arguments": "{}"},
+                        }
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+            ],
+            "tools": [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": "get_weather",
+                        "description": "d",
+                        "parameters": {"type": "object", "properties": {}},
+                        "strict": True,
+                    },
+                },
+                {"function": {"name": ""}},  # type defaults to function; vLLM takes any name
+            ],
+            "logit_bias": {"50256": -100, "11": 0.5},
+        },
+    ],
+)
+def test_what_vllm_accepts_passes_untouched(messages_and_fields: dict[str, Any]) -> None:
+    body = {"model": "m", **messages_and_fields}
+    assert parse_request("chat", json.dumps(body).encode(), RequestLimits()) == body
