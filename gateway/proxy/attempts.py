@@ -94,9 +94,11 @@ class Attempter:
             endpoint.inflight -= 1
             for listener in self.listeners:
                 listener.upstream_finished(tier.name, record.tenant)
-            if failure.outcome == CLIENT_GONE:
+            if failure.outcome in (CLIENT_GONE, SATURATED):
+                # No verdict on the endpoint's health, but a half-open trial is over (it
+                # stayed "in flight" for good after a 429, and the endpoint stayed ejected).
                 endpoint.circuit.on_inconclusive()
-            elif failure.outcome != SATURATED and not failure.judged_later:
+            elif not failure.judged_later:
                 endpoint.circuit.on_failure()
             tier.slot_freed()
             record.attempts.append(Attempt(tier.index, endpoint.url, failure.outcome))

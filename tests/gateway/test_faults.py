@@ -239,6 +239,29 @@ def test_refused_connections_escalate(fault_ladder: Ladder) -> None:
         assert attempts(gw, "nvfp4", "connect_error") >= 1
 
 
+def test_a_saturated_half_open_trial_does_not_keep_the_endpoint_out(
+    fault_ladder: Ladder,
+) -> None:
+    """The one half-open trial after an ejection meets a full engine (503): no verdict, but
+    the trial is over, so the next request may try again (the trial stayed 'in flight' for
+    good and the endpoint stayed ejected)."""
+    nvfp4 = fault_ladder.sims[0]
+    resilience = {"health_interval_s": 60, "failure_threshold": 3, "base_ejection_s": 0.5}
+    with GatewayThread(
+        settings(fault_ladder, resilience=resilience), policy_factory=fixed_policy(0)
+    ) as gw:
+        nvfp4.faults(error_rate=1.0)
+        for _ in range(3):
+            assert chat(gw)[1]["x-tiergate-tier"] == "w4a16"  # escalated; ejected after 3
+        nvfp4.faults(error_rate=0.0, max_waiting=0)  # answers 503 at once
+        time.sleep(0.6)  # the ejection is over: the next request is the half-open trial
+        assert chat(gw)[1]["x-tiergate-tier"] == "w4a16"
+        assert attempts(gw, "nvfp4", "saturated") == 1
+        nvfp4.faults(max_waiting=None)
+        status, headers, _ = chat(gw)
+        assert status == 200 and headers["x-tiergate-tier"] == "nvfp4"
+
+
 def test_saturated_tier_escalates_and_all_saturated_is_429(fault_ladder: Ladder) -> None:
     for sim in fault_ladder.sims[:2]:
         sim.faults(max_waiting=0)  # answers 503 at once
