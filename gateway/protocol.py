@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Final, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError
 
 from gateway.errors import InvalidRequestError, PayloadTooLargeError
 
@@ -32,26 +32,28 @@ class StreamOptions(OpenAIModel):
 Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
 
 
-class ContentPart(OpenAIModel):
-    """One part of a message's content; a text part must carry its text as a string. The
-    type may be absent: vLLM also takes bare `{"image_url": "..."}` parts."""
+class LaxOpenAIModel(OpenAIModel):
+    """For nested fields: types convert as vLLM's own models convert them ("true" is a
+    bool, "-100" a float), so the gateway never refuses what a tier would serve; a value of
+    the wrong kind altogether (a number for a string, a number for an object) is refused."""
+
+    model_config = ConfigDict(extra="allow", strict=False)
+
+
+class ContentPart(LaxOpenAIModel):
+    """One part of a message's content. The type may be absent (vLLM also takes bare
+    `{"image_url": "..."}` parts), and a null text part is skipped by vLLM."""
 
     type: str | None = None
     text: str | None = None
 
-    @model_validator(mode="after")
-    def _text_has_text(self) -> ContentPart:
-        if self.type == "text" and self.text is None:
-            raise ValueError("a part of type 'text' needs a string 'text'")
-        return self
 
-
-class CalledFunction(OpenAIModel):
+class CalledFunction(LaxOpenAIModel):
     name: str
     arguments: str
 
 
-class ToolCall(OpenAIModel):
+class ToolCall(LaxOpenAIModel):
     id: str
     type: Literal["function"] = "function"
     function: CalledFunction
@@ -65,14 +67,14 @@ class ChatMessage(OpenAIModel):
     tool_call_id: str | None = None
 
 
-class FunctionDefinition(OpenAIModel):
+class FunctionDefinition(LaxOpenAIModel):
     name: str
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
 
 
-class Tool(OpenAIModel):
+class Tool(LaxOpenAIModel):
     """A tool as vLLM accepts it: only functions."""
 
     type: Literal["function"] = "function"
@@ -101,7 +103,8 @@ class SamplingFields(OpenAIModel):
     seed: int | None = None
     stop: str | list[str] | None = None
     user: str | None = None
-    logit_bias: dict[str, float] | None = None
+    # Lax as in vLLM: a token's bias may come as a numeric string.
+    logit_bias: dict[str, Annotated[float, Strict(False)]] | None = None
 
 
 class ChatCompletionRequest(SamplingFields):

@@ -165,7 +165,9 @@ def load_validation(
         raise ModelFormatError(f"{source}: invalid validation set ({exc})") from None
     if proba.ndim != 2 or proba.shape != correct.shape:
         raise ModelFormatError(f"{source}: proba and correct differ in shape")
-    if stamp != model_sha:
+    # Unstamped: written before stamps existed (save_model has since removed stale files
+    # itself); it is taken when its ladder fits.
+    if stamp is not None and stamp != model_sha:
         raise ModelFormatError(
             f"{source}: belongs to another model than {MODEL_FILE} beside it; "
             "retrain with --cv to write a new one"

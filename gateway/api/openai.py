@@ -136,13 +136,14 @@ async def _drain(receive: Receive, budget: int) -> None:
 
 
 def used_tokens(record: RequestRecord) -> int | None:
-    """Tokens to charge the tenant: what the serving tier reported, nothing if none served.
+    """Tokens to charge the tenant: what the serving tier reported, nothing if none served
+    or the engine refused the request.
 
     None (the admission estimate stays charged) when a tier served without reporting usage:
     a stream the client left before its closing usage event has still cost tokens.
     """
-    if record.served_tier is None:
-        return 0
+    if record.served_tier is None or record.status != 200:
+        return 0  # nothing served, or the engine refused the request (its 400 is relayed)
     used = record.prompt_tokens + record.completion_tokens
     return used if used else None
 

@@ -285,6 +285,16 @@ def test_validation_set_stays_with_the_model_that_made_it(tmp_path: Path, data_f
     (out / "validation.npz").write_bytes(with_cv)
     with pytest.raises(ModelFormatError, match="belongs to another model"):
         load_validation(out)
+    # A file from before the stamps is taken when its ladder fits the model's.
+    import numpy as np
+
+    proba = np.tile([0.5, 0.7, 1.0], (4, 1))
+    np.savez_compressed(out / "validation.npz", proba=proba, correct=np.ones((4, 3)))
+    unstamped = load_validation(out)
+    assert unstamped is not None and unstamped[0].shape == (4, 3)
+    np.savez_compressed(out / "validation.npz", proba=proba[:, :2], correct=np.ones((4, 2)))
+    with pytest.raises(ModelFormatError, match="2 tiers, the model has 3"):
+        load_validation(out)
 
 
 def test_tune_with_budget_and_explicit_costs(model_dir: Path, data_file: Path) -> None:

@@ -145,3 +145,18 @@ def test_build_info_names_the_router_build(gw: GatewayThread) -> None:
     build = router_build()
     assert build == "python"  # tests run on the source; tests/router_models/test_compiled.py
     assert f'tiergate_build_info{{router_build="{build}",version="{__version__}"}} 1.0' in text
+
+
+def test_a_request_the_engine_refuses_costs_no_tokens(ladder: Ladder) -> None:
+    """The engine's 400 (max_tokens beyond the context) is relayed, and the admission
+    estimate is refunded: nothing was generated. (Kept charged, it turned a tenant's own
+    over-long requests into 429s for the minute.)"""
+    data = ladder.settings().model_dump(mode="json")
+    data["tenants"] = [
+        {"name": "t", "api_keys": ["sk-t"], "limits": {"tokens_per_minute": 100_000}}
+    ]
+    with GatewayThread(parse_settings(data)) as running:
+        for _ in range(4):  # each is estimated at about 40k tokens
+            status, _, body = call(running, "sk-t", chat(max_tokens=40_000))
+            assert status == 400, body
+            assert "maximum context length" in body["error"]["message"]
