@@ -107,22 +107,9 @@ def test_undefined_figures_are_null_in_json(tmp_path: Path) -> None:
     labels.correct[:] = 1.0
     data = write_jsonl(tmp_path / "same.jsonl", labels)
     out = tmp_path / "m"
-    result = runner.invoke(
-        app,
-        [
-            "router",
-            "train",
-            "--data",
-            str(data),
-            "--tiers",
-            "nvfp4,bf16",
-            "--out",
-            str(out),
-            "--cv",
-            "3",
-            "--json",
-        ],
-    )
+    argv = ["router", "train", "--data", str(data), "--tiers", "nvfp4,bf16", "--out", str(out),
+            "--cv", "3", "--json"]  # fmt: skip
+    result = runner.invoke(app, argv)
     assert result.exit_code == 0, result.stderr
     strict_json(result.stdout)
     strict_json((out / "model.json").read_text())

@@ -287,28 +287,33 @@ def test_pinning(client: OpenAI, ladder: Ladder, how: str) -> None:
     assert w4a16.stats()["requests"] == before + 1
 
 
+def read_one_event_and_leave(port: int) -> None:
+    """Opens a 2000-token stream, reads its first event and closes the connection."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 2000,
+        "stream": True,
+    }
+    conn.request(
+        "POST",
+        "/v1/chat/completions",
+        body=json.dumps(body),
+        headers={"authorization": f"Bearer {API_KEY}", "content-type": "application/json"},
+    )
+    response = conn.getresponse()
+    assert response.status == 200
+    assert response.readline().startswith(b"data: ")
+    conn.close()
+
+
 def test_client_disconnect_cancels_upstream(ladder: Ladder) -> None:
     slow = Ladder.start(extra_args=("--time-scale", "50"))
     try:
         with GatewayThread(slow.settings()) as running:
             bf16 = slow.sims[2]
-            conn = http.client.HTTPConnection("127.0.0.1", running.port, timeout=30)
-            body = {
-                "model": MODEL,
-                "messages": [{"role": "user", "content": "hi"}],
-                "max_tokens": 2000,
-                "stream": True,
-            }
-            conn.request(
-                "POST",
-                "/v1/chat/completions",
-                body=json.dumps(body),
-                headers={"authorization": f"Bearer {API_KEY}", "content-type": "application/json"},
-            )
-            response = conn.getresponse()
-            assert response.status == 200
-            assert response.readline().startswith(b"data: ")
-            conn.close()
+            read_one_event_and_leave(running.port)
             # The client closed the stream after one event; the engine must drop the sequence.
             deadline = time.monotonic() + 10
             while bf16.stats()["aborted"] < 1 and time.monotonic() < deadline:
@@ -333,23 +338,7 @@ def test_leaving_a_stream_early_does_not_refund_its_tokens() -> None:
         from gateway.config import parse_settings
 
         with GatewayThread(parse_settings(data)) as running:
-            conn = http.client.HTTPConnection("127.0.0.1", running.port, timeout=30)
-            body = {
-                "model": MODEL,
-                "messages": [{"role": "user", "content": "hi"}],
-                "max_tokens": 2000,
-                "stream": True,
-            }
-            conn.request(
-                "POST",
-                "/v1/chat/completions",
-                body=json.dumps(body),
-                headers={"authorization": f"Bearer {API_KEY}", "content-type": "application/json"},
-            )
-            response = conn.getresponse()
-            assert response.status == 200
-            assert response.readline().startswith(b"data: ")
-            conn.close()
+            read_one_event_and_leave(running.port)
             time.sleep(0.5)  # the gateway sees the disconnect and releases the request
             client = OpenAI(base_url=f"{running.url}/v1", api_key=API_KEY, max_retries=0)
             with pytest.raises(openai.RateLimitError):

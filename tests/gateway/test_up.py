@@ -99,6 +99,17 @@ def test_up_serves_routes_and_labels(tmp_path: Path) -> None:
             send("GET", f"http://127.0.0.1:{base + offset}/health", key=None, timeout=1)
 
 
+def run_cli(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """`tiergate ARGV` in a child process that must end by itself (an error, here)."""
+    return subprocess.run(
+        [sys.executable, "-m", "gateway.cli.main", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 @pytest.mark.parametrize("taken", ["gateway", "sim"])
 def test_up_names_the_option_when_a_port_is_taken(taken: str) -> None:
     import socket
@@ -107,14 +118,7 @@ def test_up_names_the_option_when_a_port_is_taken(taken: str) -> None:
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", port if taken == "gateway" else base + 1))
         holder.listen()
-        argv = ["up", "--port", str(port), "--sim-base-port", str(base)]
-        done = subprocess.run(
-            [sys.executable, "-m", "gateway.cli.main", *argv],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        done = run_cli(["up", "--port", str(port), "--sim-base-port", str(base)])
     assert done.returncode == 2
     option = "--port" if taken == "gateway" else "--sim-base-port"
     assert option in done.stderr and "in use" in done.stderr
@@ -171,12 +175,6 @@ def test_up_with_a_config_keeps_its_port_and_its_privacy_choice(tmp_path: Path) 
     ],
 )
 def test_out_of_range_options_are_usage_errors(argv: list[str]) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "gateway.cli.main", *argv],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_cli(argv)
     assert done.returncode == 2, done.stderr
     assert "Invalid value for" in done.stderr and "Traceback" not in done.stderr

@@ -5,7 +5,7 @@ import pytest
 from gateway.errors import RateLimitError
 from gateway.protocol import EndpointKind
 from gateway.tenants.limits import TenantLimiter, TenantLimits, TokenBucket
-from gateway.tenants.registry import Tenant
+from gateway.tenants.registry import Tenant, TenantRegistry
 
 
 class Clock:
@@ -109,22 +109,10 @@ def test_new_limits_keep_what_the_tenant_already_used() -> None:
 def test_a_reload_that_tightens_concurrency_counts_the_requests_in_flight() -> None:
     import asyncio
 
-    from gateway.config import parse_settings
     from gateway.tenants.admission import Admission
-    from gateway.tenants.registry import TenantRegistry
 
     def tenants(limit: int) -> TenantRegistry:
-        settings = parse_settings(
-            {
-                "model": "m",
-                "tiers": [
-                    {"name": p, "precision": p, "endpoints": [f"http://h:{port}/v1"]}
-                    for port, p in ((1, "nvfp4"), (2, "bf16"))
-                ],
-                "tenants": [{"name": "t", "api_keys": ["k"], "limits": {"max_concurrency": limit}}],
-            }
-        )
-        return TenantRegistry(settings, {})
+        return registry_with({"max_concurrency": limit})
 
     async def scenario() -> None:
         admission = Admission()
@@ -145,9 +133,9 @@ def test_a_reload_that_tightens_concurrency_counts_the_requests_in_flight() -> N
     asyncio.run(scenario())
 
 
-def capped_tenant(cap: int) -> Tenant:
+def registry_with(limits: dict[str, object]) -> TenantRegistry:
+    """Two tiers and one tenant `t` (key `k`) with these limits."""
     from gateway.config import parse_settings
-    from gateway.tenants.registry import TenantRegistry
 
     settings = parse_settings(
         {
@@ -156,16 +144,14 @@ def capped_tenant(cap: int) -> Tenant:
                 {"name": p, "precision": p, "endpoints": [f"http://h:{port}/v1"]}
                 for port, p in ((1, "nvfp4"), (2, "bf16"))
             ],
-            "tenants": [
-                {
-                    "name": "t",
-                    "api_keys": ["k"],
-                    "limits": {"max_tokens": cap, "tokens_per_minute": 100_000},
-                }
-            ],
+            "tenants": [{"name": "t", "api_keys": ["k"], "limits": limits}],
         }
     )
-    return TenantRegistry(settings, {}).tenants["t"]
+    return TenantRegistry(settings, {})
+
+
+def capped_tenant(cap: int) -> Tenant:
+    return registry_with({"max_tokens": cap, "tokens_per_minute": 100_000}).tenants["t"]
 
 
 @pytest.mark.parametrize(
