@@ -34,8 +34,8 @@ Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
 
 class LaxOpenAIModel(OpenAIModel):
     """For nested fields: types convert as vLLM's own models convert them ("true" is a
-    bool, "-100" a float), so the gateway never refuses what a tier would serve; a value of
-    the wrong kind altogether (a number for a string, a number for an object) is refused."""
+    bool, "-100" a float), so the gateway does not refuse what vLLM's models accept there;
+    a value of the wrong kind altogether (a number for a string or an object) is refused."""
 
     model_config = ConfigDict(extra="allow", strict=False)
 
@@ -184,18 +184,20 @@ COMPLETIONS_DEFAULT_MAX_TOKENS: Final = 16
 
 
 def completion_budget(kind: EndpointKind, request: Mapping[str, Any]) -> tuple[str, int | None]:
-    """The field that bounds the completion, as vLLM reads it, and its value (None: unset).
+    """The field that bounds the completion, as vLLM reads it, and the bound it applies
+    (None: none but the context length).
 
     Chat: `max_completion_tokens` if set, else `max_tokens`. Completions: `max_tokens` only
-    (vLLM ignores `max_completion_tokens` there). Both are validated before this runs
-    (`gateway.protocol`).
+    (vLLM ignores `max_completion_tokens` there), 16 when unset. Both are validated before
+    this runs.
     """
     if kind == "chat":
         newer = request.get("max_completion_tokens")
         if newer is not None:
             return "max_completion_tokens", newer
         return "max_tokens", request.get("max_tokens")
-    return "max_tokens", request.get("max_tokens")
+    asked = request.get("max_tokens")
+    return "max_tokens", COMPLETIONS_DEFAULT_MAX_TOKENS if asked is None else asked
 
 
 # -- the common case without pydantic -------------------------------------------------------
@@ -318,7 +320,6 @@ def _is_type_tag(part: str) -> bool:
 
 
 __all__ = [
-    "COMPLETIONS_DEFAULT_MAX_TOKENS",
     "ChatCompletionRequest",
     "ChatMessage",
     "CompletionRequest",

@@ -96,7 +96,7 @@ def save_model(model: RouterModel, path: str | Path) -> Path:
         "arrays_sha256": _sha256(arrays_path),
         "metadata": model.metadata,
     }
-    (out / MODEL_FILE).write_text(strict_dumps(document, indent=2, sort_keys=True) + "\n")
+    (out / MODEL_FILE).write_text(strict_dumps(document, sort_keys=True) + "\n")
     return out
 
 

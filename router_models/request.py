@@ -176,9 +176,10 @@ _LARGEST_COUNT: Final = 1 << 20
 def _number(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return math.nan
-    if isinstance(value, int) and abs(value) > _LARGEST_NUMBER:
+    try:
+        number = float(value)
+    except OverflowError:  # only an int can overflow a float; no cost on the usual path
         return _LARGEST_NUMBER if value > 0 else -_LARGEST_NUMBER
-    number = float(value)
     return number if math.isfinite(number) else math.nan
 
 

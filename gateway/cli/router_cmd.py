@@ -209,7 +209,7 @@ def train(
             )
         )
         (out / "MODEL_CARD.md").write_text(card)
-        (out / "report.json").write_text(strict_dumps(report, indent=2) + "\n")
+        (out / "report.json").write_text(strict_dumps(report) + "\n")
         summary = {
             "out": str(out),
             "tiers": list(labels.tiers),
@@ -565,7 +565,7 @@ def _facts_dict(facts: Any) -> dict[str, Any]:
 
 def _emit(doc: dict[str, Any], json_out: bool, text: str) -> None:
     if json_out:
-        sys.stdout.write(strict_dumps(doc, indent=2) + "\n")
+        sys.stdout.write(strict_dumps(doc) + "\n")
     else:
         typer.echo(text)
 

@@ -22,7 +22,6 @@ from pydantic import ValidationError
 
 from gateway.errors import TiergateError
 from gateway.protocol import (
-    COMPLETIONS_DEFAULT_MAX_TOKENS,
     EndpointKind,
     RequestLimits,
     completion_budget,
@@ -319,8 +318,6 @@ class SimServer:
                 f"However, your request has {prompt_tokens} input tokens.",
             )
         _, max_tokens = completion_budget(kind, request)
-        if max_tokens is None and kind == "completions":
-            max_tokens = COMPLETIONS_DEFAULT_MAX_TOKENS
         budget = max_model_len - prompt_tokens
         if max_tokens is not None and max_tokens > budget:
             raise SimError(

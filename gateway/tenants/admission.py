@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.errors import InvalidRequestError
-from gateway.protocol import COMPLETIONS_DEFAULT_MAX_TOKENS, EndpointKind, completion_budget
+from gateway.protocol import EndpointKind, completion_budget
 from gateway.tenants.limits import TenantLimiter, TenantLimits, estimate_tokens
 from gateway.tenants.registry import Tenant
 from gateway.tenants.shared_limits import SharedHold, SharedLimiter
@@ -97,13 +97,9 @@ class Admission:
         """Applies the tenant's max_tokens cap (may set max_tokens), then its limits."""
         cap = tenant.settings.limits.max_tokens
         field, asked = completion_budget(kind, request)
-        if asked is None and kind == "completions":
-            asked = COMPLETIONS_DEFAULT_MAX_TOKENS  # what vLLM generates when unset
-            if cap is not None and cap < asked:
-                request["max_tokens"] = asked = cap
-        elif cap is not None:
-            if asked is None:
-                # Without a cap a chat request may generate up to the context length.
+        if cap is not None:
+            if asked is None or (asked > cap and request.get(field) is None):
+                # Unset: up to the context length (chat) or vLLM's default (completions).
                 request["max_tokens"] = asked = cap
             elif asked > cap:
                 raise InvalidRequestError(

@@ -163,6 +163,7 @@ def capped_tenant(cap: int) -> Tenant:
         ("completions", {"max_completion_tokens": "x"}, {"max_tokens": None}),
         # Unset, vLLM generates 16 tokens: the cap is set only where it is lower.
         ("completions", {}, {"max_tokens": None}),
+        ("completions", {"max_tokens": None}, {"max_tokens": None}),  # null is unset
         ("chat", {"max_completion_tokens": 10, "max_tokens": 2000}, {"max_tokens": 2000}),
         ("chat", {"max_completion_tokens": 60}, "max_completion_tokens"),
         ("chat", {}, {"max_tokens": 50}),
