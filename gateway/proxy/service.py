@@ -8,6 +8,7 @@ retryable; after it, a failure ends the stream with an OpenAI-style error event.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -34,6 +35,8 @@ from gateway.stats import CompletedExchange, RequestRecord
 from gateway.tenants.registry import Tenant
 
 PIN_SEPARATOR: Final = "@"
+# How long a JSON request waits upstream before the gateway watches for its client leaving.
+JSON_WATCH_DELAY_S: Final = 0.25
 
 
 @dataclass(slots=True)
@@ -222,16 +225,26 @@ class ProxyService:
             for response in current:
                 response.abort()
 
+        watch_later: asyncio.TimerHandle | None = None
         if exchange.record.stream:
             # Streams can run for minutes: a client that leaves must free the engine slot at
-            # once. A JSON request is answered in one piece, so it does without the watcher
-            # task (a measurable share of the per-request cost).
+            # once.
             exchange.channel.watch_disconnect(abort_upstream)
+        else:
+            # A JSON answer may also take a whole generation (vLLM answers it in one piece
+            # at the end), but most come back in milliseconds, where the watcher task is a
+            # measurable share of the request's cost: it starts only once the request has
+            # waited JSON_WATCH_DELAY_S, which bounds what a departed client can waste.
+            watch_later = asyncio.get_running_loop().call_later(
+                JSON_WATCH_DELAY_S, exchange.channel.watch_disconnect, abort_upstream
+            )
         failures = _Failures()
         try:
             await self._serve(exchange, tenant, failures, current)
         finally:
             failures.acquit()
+            if watch_later is not None:
+                watch_later.cancel()
 
     async def _serve(
         self,

@@ -117,12 +117,14 @@ def test_slow_tier_times_out_then_escalates(fault_ladder: Ladder) -> None:
         assert attempts(gw, "nvfp4", "timeout") == 1
 
 
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "json"])
 def test_a_client_leaving_before_the_first_byte_aborts_the_upstream(
-    fault_ladder: Ladder,
+    fault_ladder: Ladder, stream: bool
 ) -> None:
-    """A stream whose client leaves while the tier has not answered yet: the gateway drops
-    the upstream request at once (it waited for the headers, holding the tenant's slot),
-    blames no endpoint and tries no other tier."""
+    """A request whose client leaves while the tier has not answered yet: the gateway drops
+    the upstream request (it waited for the headers, holding the tenant's slot and the
+    engine's), blames no endpoint and tries no other tier. A JSON request is watched once it
+    has waited JSON_WATCH_DELAY_S (0.25 s), as vLLM answers one only when it is done."""
     import http.client
 
     fault_ladder.sims[0].faults(added_latency_s=3.0)
@@ -135,14 +137,14 @@ def test_a_client_leaving_before_the_first_byte_aborts_the_upstream(
 
     with GatewayThread(parse_settings(data), policy_factory=fixed_policy(0)) as gw:
         conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10)
-        body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": True}
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": stream}
         conn.request(
             "POST",
             "/v1/chat/completions",
             body=json.dumps(body),
             headers={"authorization": f"Bearer {API_KEY}", "content-type": "application/json"},
         )
-        time.sleep(0.3)  # sent, still waiting for the first byte
+        time.sleep(0.4)  # sent, still waiting for the first byte
         conn.close()
         assert attempts(gw, "nvfp4", "client_gone") == 1
         fault_ladder.sims[0].faults(added_latency_s=0.0)
