@@ -8,7 +8,6 @@ retryable; after it, a failure ends the stream with an OpenAI-style error event.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -27,6 +26,7 @@ from gateway.errors import (
 from gateway.protocol import EndpointKind
 from gateway.proxy.attempts import SATURATED, Attempter, AttemptFailed
 from gateway.proxy.channel import ClientChannel
+from gateway.proxy.departures import DepartureWatch
 from gateway.proxy.events import ExchangeListener
 from gateway.proxy.relay import Exchange
 from gateway.proxy.rewrite import ModelRewriter
@@ -36,7 +36,7 @@ from gateway.tenants.registry import Tenant
 
 PIN_SEPARATOR: Final = "@"
 # How long a JSON request waits upstream before the gateway watches for its client leaving.
-JSON_WATCH_DELAY_S: Final = 0.25
+JSON_WATCH_DELAY_S: Final = 0.2
 
 
 @dataclass(slots=True)
@@ -105,6 +105,7 @@ class ProxyService:
         self.listeners = tuple(listeners)
         rewriters = [ModelRewriter(tier.served_model_name, public_model) for tier in tiers]
         self._attempter = Attempter(timeouts, rewriters, self.listeners)
+        self._departures = DepartureWatch(JSON_WATCH_DELAY_S)
 
     # -- routing --------------------------------------------------------------------------
     def pinned_tier(
@@ -225,26 +226,19 @@ class ProxyService:
             for response in current:
                 response.abort()
 
-        watch_later: asyncio.TimerHandle | None = None
+        channel = exchange.channel
         if exchange.record.stream:
             # Streams can run for minutes: a client that leaves must free the engine slot at
             # once.
-            exchange.channel.watch_disconnect(abort_upstream)
+            channel.watch_disconnect(abort_upstream)
         else:
-            # A JSON answer may also take a whole generation (vLLM answers it in one piece
-            # at the end), but most come back in milliseconds, where the watcher task is a
-            # measurable share of the request's cost: it starts only once the request has
-            # waited JSON_WATCH_DELAY_S, which bounds what a departed client can waste.
-            watch_later = asyncio.get_running_loop().call_later(
-                JSON_WATCH_DELAY_S, exchange.channel.watch_disconnect, abort_upstream
-            )
+            self._departures.add(channel, abort_upstream)
         failures = _Failures()
         try:
             await self._serve(exchange, tenant, failures, current)
         finally:
             failures.acquit()
-            if watch_later is not None:
-                watch_later.cancel()
+            self._departures.discard(channel)
 
     async def _serve(
         self,

@@ -124,7 +124,7 @@ def test_a_client_leaving_before_the_first_byte_aborts_the_upstream(
     """A request whose client leaves while the tier has not answered yet: the gateway drops
     the upstream request (it waited for the headers, holding the tenant's slot and the
     engine's), blames no endpoint and tries no other tier. A JSON request is watched once it
-    has waited JSON_WATCH_DELAY_S (0.25 s), as vLLM answers one only when it is done."""
+    has waited JSON_WATCH_DELAY_S (0.2 s, noticed by 0.3 s), as vLLM answers one only when it is done."""
     import http.client
 
     fault_ladder.sims[0].faults(added_latency_s=3.0)
