@@ -187,11 +187,11 @@ class ProxyService:
             options = request.get("stream_options") or {}
             if not options.get("include_usage"):
                 # Ask upstream for usage anyway (token metrics need it) and drop that extra
-                # event before it reaches a client that did not ask for it.
-                exchange.upstream_request = {
-                    **request,
-                    "stream_options": {**options, "include_usage": True},
-                }
+                # event before it reaches a client that did not ask for it. Usage on every
+                # chunk stays off: vLLM ignores continuous_usage_stats without include_usage.
+                upstream_options = {**options, "include_usage": True}
+                upstream_options.pop("continuous_usage_stats", None)
+                exchange.upstream_request = {**request, "stream_options": upstream_options}
                 exchange.strip_usage = True
         wanted = [
             listener

@@ -170,6 +170,27 @@ def test_usage_event_is_removed_when_only_the_gateway_asked(
     assert gw.settled_metric("tiergate_prompt_tokens_total", labels, before + 4) == before + 4
 
 
+def test_per_chunk_usage_stays_off_when_the_client_did_not_ask_for_usage(
+    upstream_pair: tuple[FakeUpstream, FakeUpstream, GatewayThread],
+) -> None:
+    """vLLM sends per-chunk usage only with include_usage too; the gateway's own request for
+    the closing usage event must not turn it on (only that event is removed)."""
+    cheap, _, gw = upstream_pair
+    cheap.reply = Reply(pieces=[b"data: [DONE]\n\n"], content_type=b"text/event-stream")
+    options = {"continuous_usage_stats": True}
+    status, _, _ = call(
+        gw,
+        {
+            "model": f"{MODEL}@nvfp4",
+            "messages": [{"role": "user", "content": "x"}],
+            "stream": True,
+            "stream_options": options,
+        },
+    )
+    assert status == 200
+    assert cheap.last_json()["stream_options"] == {"include_usage": True}
+
+
 def test_completions_endpoint_forwards_to_completions(
     upstream_pair: tuple[FakeUpstream, FakeUpstream, GatewayThread],
 ) -> None:
