@@ -171,6 +171,9 @@ class Gateway:
         old = self.runtime if self._installed else None
         self._installed = True
         self.admission.configure(runtime.tenants.tenants)
+        self.metrics.tenant_top_tier = {
+            name: tenant.top_tier for name, tenant in runtime.tenants.tenants.items()
+        }
         self.runtime = runtime
         self.observer.configure(runtime.settings)
         self.shadow.configure(runtime.settings, runtime.label_log)

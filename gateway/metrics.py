@@ -98,8 +98,9 @@ class GatewayMetrics:
         )
         self.savings = Counter(
             "tiergate_estimated_savings",
-            "Estimated cost saved against a baseline (top_tier, or uniform_floor: the cheapest "
-            "uniform tier meeting the tenant's floor); negative increments are tracked apart.",
+            "Estimated cost saved against a baseline (top_tier: the best tier the tenant may use; "
+            "uniform_floor: the cheapest uniform tier meeting the tenant's floor, what routing "
+            "itself saved); negative increments are tracked apart.",
             ["tenant", "baseline"],
             registry=registry,
         )
@@ -253,6 +254,8 @@ class GatewayMetrics:
         self.build_info.labels(*labels.values()).set(1)
         # Baseline per tenant for the uniform_floor savings: set by the router (alpha).
         self.uniform_floor_tier: dict[str, int] = {}
+        # Baseline per tenant for the top_tier savings: the best tier it may use.
+        self.tenant_top_tier: dict[str, int] = {}
 
     def _child(self, metric: Any, *labels: str) -> Any:
         # Cache labelled children: `.labels()` validates and hashes on every call.
@@ -339,12 +342,24 @@ class GatewayMetrics:
             add(self.completion_tokens, (tenant, tier), agg.completion_tokens)
             served_cost = tokens * costs[served]
             add(self.cost, (tenant, tier), served_cost)
-            if reason == "pinned":
-                return  # the client chose the tier: routing saved or overspent nothing
-            self._credit(add, tenant, "top_tier", tokens * costs[-1] - served_cost)
-            floor = self.uniform_floor_tier.get(tenant)
-            if floor is not None and floor < len(costs):
-                self._credit(add, tenant, "uniform_floor", tokens * costs[floor] - served_cost)
+            if reason != "pinned":  # the client chose the tier: routing saved nothing
+                self._credit_savings(add, tenant, tokens, served_cost, costs)
+
+    def _credit_savings(
+        self,
+        add: Callable[..., None],
+        tenant: str,
+        tokens: int,
+        served_cost: float,
+        costs: tuple[float, ...],
+    ) -> None:
+        top = self.tenant_top_tier.get(tenant, -1)
+        if top >= len(costs):  # recorded under a ladder a reload has since changed
+            top = -1
+        self._credit(add, tenant, "top_tier", tokens * costs[top] - served_cost)
+        floor = self.uniform_floor_tier.get(tenant)
+        if floor is not None and floor < len(costs):
+            self._credit(add, tenant, "uniform_floor", tokens * costs[floor] - served_cost)
 
     def _credit(self, add: Callable[..., None], tenant: str, baseline: str, saved: float) -> None:
         if saved >= 0:

@@ -106,12 +106,19 @@ class RouterPolicy:
                 "explicit",
             )
         if tenant.alpha is not None:
-            tuned = self._tune(tenant.alpha, settings)
+            allowed = (
+                tuple(range(len(names)))
+                if tenant.allowed_tiers is None
+                else tuple(sorted(names.index(name) for name in tenant.allowed_tiers))
+            )
+            tuned = self._tune(tenant.alpha, settings, allowed)
             if tuned is not None:
                 return tuned
         return TenantRouting(tuple(self.default_threshold for _ in names[:-1]), "default")
 
-    def _tune(self, alpha: float, settings: Settings) -> TenantRouting | None:
+    def _tune(
+        self, alpha: float, settings: Settings, allowed: tuple[int, ...]
+    ) -> TenantRouting | None:
         validation = self.validation
         if validation is None:
             log.warning(
@@ -121,7 +128,9 @@ class RouterPolicy:
                 self.default_threshold,
             )
             return None
-        return tune_on(validation.proba, validation.correct, alpha, settings, self.positions)
+        return tune_on(
+            validation.proba, validation.correct, alpha, settings, self.positions, allowed=allowed
+        )
 
     def set_tenant_model(
         self, tenant: str, model: RouterModel, routing: TenantRouting | None = None
@@ -133,23 +142,41 @@ class RouterPolicy:
 
 
 def tune_on(
-    proba: Any, correct: Any, alpha: float, settings: Settings, positions: tuple[int, ...]
+    proba: Any,
+    correct: Any,
+    alpha: float,
+    settings: Settings,
+    positions: tuple[int, ...],
+    *,
+    allowed: tuple[int, ...] | None = None,
 ) -> TenantRouting:
     """`router_models.thresholds.tune` on validation data given on the model's ladder,
-    evaluated on the gateway's ladder with the gateway's tier costs."""
+    evaluated on the gateway's ladder with the gateway's tier costs.
+
+    Only the tenant's `allowed` tiers take part: the floor is alpha times the quality of
+    the best tier it may use, and the uniform baseline is a tier it may use (a savings
+    baseline on a forbidden tier showed a restricted tenant overspending for good)."""
     import numpy as np
 
     from router_models.thresholds import tune
 
-    p = np.asarray(proba, dtype=np.float64)[:, list(positions)]
-    c = np.asarray(correct, dtype=np.float64)[:, list(positions)]
-    costs = [tier.relative_cost for tier in settings.tiers]
+    tiers = tuple(range(len(settings.tiers))) if allowed is None else allowed
+    never = tuple(1.0 for _ in settings.tiers[:-1])
+    if len(tiers) == 1:
+        return TenantRouting(never, "alpha", False, tiers[0], "one tier allowed: nothing to route")
+    columns = [positions[tier] for tier in tiers]
+    p = np.asarray(proba, dtype=np.float64)[:, columns]
+    c = np.asarray(correct, dtype=np.float64)[:, columns]
+    costs = [settings.tiers[tier].relative_cost for tier in tiers]
     result = tune(p, c, costs, alpha=alpha)
+    thresholds = list(never)  # tiers the tenant may not use are never chosen anyway
+    for tier, threshold in zip(tiers[:-1], result.thresholds, strict=True):
+        thresholds[tier] = float(threshold)
     return TenantRouting(
-        thresholds=tuple(float(t) for t in result.thresholds),
+        thresholds=tuple(thresholds),
         source="alpha",
         routing_pays=result.routing_pays,
-        uniform_floor_tier=result.baseline.tier,
+        uniform_floor_tier=tiers[result.baseline.tier],
         note=result.message,
     )
 

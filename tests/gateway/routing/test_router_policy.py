@@ -258,3 +258,57 @@ def test_admin_tenants_shows_each_tenants_routing(ladder: Ladder) -> None:
             "uniform_floor_tier": None,
             "recalibrated": False,
         }
+
+
+def test_a_restricted_tenants_floor_and_baseline_are_tiers_it_may_use(ladder: Ladder) -> None:
+    """alpha is tuned on the tenant's own tiers: its uniform baseline (what savings are
+    counted against) is never a tier it may not use."""
+    config = settings(
+        ladder,
+        [{"name": "c", "api_keys": ["k"], "allowed_tiers": ["w4a16", "bf16"], "alpha": 0.97}],
+    )
+    policy = build_policy(config)
+    assert isinstance(policy, RouterPolicy)
+    routing = policy.routing["c"]
+    assert routing.source == "alpha" and routing.uniform_floor_tier in (1, 2)
+    assert routing.thresholds[0] == 1.0  # nvfp4: not its tier
+    only = settings(
+        ladder, [{"name": "c", "api_keys": ["k"], "allowed_tiers": ["w4a16"], "alpha": 0.97}]
+    )
+    alone = build_policy(only)
+    assert isinstance(alone, RouterPolicy)
+    assert alone.routing["c"].uniform_floor_tier == 1 and alone.routing["c"].routing_pays is False
+
+
+def test_top_tier_savings_count_against_the_best_tier_the_tenant_may_use(ladder: Ladder) -> None:
+    config = settings(
+        ladder,
+        [
+            {
+                "name": "c",
+                "api_keys": [API_KEY],
+                "allowed_tiers": ["nvfp4", "w4a16"],
+                "thresholds": {"nvfp4": 0.0},
+            }
+        ],
+    )
+    cost = {tier.name: tier.relative_cost for tier in config.tiers}
+    with GatewayThread(config, policy_factory=build_policy) as gw:
+        reply = send(
+            "POST",
+            f"{gw.url}/v1/chat/completions",
+            {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+        )
+        assert reply.status == 200 and reply.headers["x-tiergate-tier"] == "nvfp4"
+        usage = reply.json()["usage"]
+        tokens = usage["prompt_tokens"] + usage["completion_tokens"]
+        spent = gw.settled_metric(
+            "tiergate_estimated_cost_total",
+            {"tenant": "c", "tier": "nvfp4"},
+            tokens * cost["nvfp4"],
+        )
+        assert spent == tokens * cost["nvfp4"]
+        saved = gw.metric(
+            "tiergate_estimated_savings_total", {"tenant": "c", "baseline": "top_tier"}
+        )
+        assert saved == pytest.approx(tokens * (cost["w4a16"] - cost["nvfp4"]))
