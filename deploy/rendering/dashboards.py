@@ -233,13 +233,33 @@ TRAFFIC: Final = Dashboard(
 SAVINGS: Final = Dashboard(
     uid="tiergate-savings",
     title="tiergate / Savings",
-    description="Estimated cost, and what routing saved against all-top-tier and against the "
-    "cheapest uniform tier that meets the tenant's accuracy floor.",
+    description="Estimated cost; what routing itself saved, against the cheapest uniform tier "
+    "that meets the tenant's accuracy floor; and the cost below serving everything on the top "
+    "tier, which a cheaper precision alone can give.",
     items=(
         Row("Savings"),
         Panel(
-            "Saved against the top tier (share of its cost)",
-            "savings / (cost + savings): the share of the all-top-tier bill not spent.",
+            "Saved by routing: net, against the uniform floor (share of its cost)",
+            "(savings - overspend) / baseline cost, against the cheapest uniform tier meeting "
+            "the tenant's floor. Below zero, routing costs more than that uniform tier.",
+            (
+                Query(
+                    _ratio(
+                        f"({_net_savings('uniform_floor')})",
+                        "(\n"
+                        + _sum("tenant", _rate("tiergate_estimated_cost_total", TENANT))
+                        + f"\n+\n({_net_savings('uniform_floor')})\n)",
+                    ),
+                    "{{tenant}}",
+                ),
+            ),
+            unit="percentunit",
+        ),
+        Panel(
+            "Below the all-top-tier bill (precision and routing together)",
+            "savings / (cost + savings) against serving everything on the best tier the tenant "
+            "may use. Most of it can come from a cheaper precision alone: routing's own saving "
+            "is the uniform-floor panel.",
             (
                 Query(
                     _ratio(
@@ -266,25 +286,15 @@ SAVINGS: Final = Dashboard(
             unit="percentunit",
         ),
         Panel(
-            "Net saved against the uniform floor (share of its cost)",
-            "(savings - overspend) / baseline cost, against the cheapest uniform tier meeting "
-            "the tenant's floor. Below zero, routing costs more than that uniform tier.",
-            (
-                Query(
-                    _ratio(
-                        f"({_net_savings('uniform_floor')})",
-                        "(\n"
-                        + _sum("tenant", _rate("tiergate_estimated_cost_total", TENANT))
-                        + f"\n+\n({_net_savings('uniform_floor')})\n)",
-                    ),
-                    "{{tenant}}",
-                ),
-            ),
-            unit="percentunit",
+            "Saved by routing over the range (net, against the uniform floor)",
+            "Savings minus overspend against the uniform-floor baseline over the time range.",
+            (Query(_net_savings("uniform_floor", "increase", "$__range"), "{{tenant}}"),),
+            kind="stat",
+            width=8,
         ),
         Panel(
-            "Saved over the range, against the top tier",
-            "Top-tier token equivalents not spent over the dashboard's time range.",
+            "Below the all-top-tier bill over the range",
+            "Top-tier token equivalents not spent over the time range (precision and routing).",
             (
                 Query(
                     _sum(
@@ -294,13 +304,6 @@ SAVINGS: Final = Dashboard(
                     "{{tenant}}",
                 ),
             ),
-            kind="stat",
-            width=8,
-        ),
-        Panel(
-            "Net saved over the range, against the uniform floor",
-            "Savings minus overspend against the uniform-floor baseline over the time range.",
-            (Query(_net_savings("uniform_floor", "increase", "$__range"), "{{tenant}}"),),
             kind="stat",
             width=8,
         ),
