@@ -23,6 +23,8 @@ from gateway.observer.prefix_replay import PrefixCacheReplay
 from gateway.planner.costmodel import CostModel
 from gateway.precision import Precision
 from gateway.sim import tokenizer
+from gateway.sim.histogram import LatencyHistogram
+from gateway.sim.stops import spaced_texts
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +63,7 @@ class Sequence:
 
     prompt_ids: list[int]
     answer: list[str]  # pieces, already cut to max_tokens
-    finish_reason: str
+    finish_reason: str  # the engine's: "stop" or "length"
     stop_reason: str | None = None  # the stop string that ended the answer
     proposer: NgramProposer | None = None  # the context so far, when speculating
     answer_ids: list[int] = field(default_factory=list)
@@ -73,6 +75,17 @@ class Sequence:
     arrival: float = 0.0
     first_token_at: float | None = None
     group: SequenceGroup | None = None
+    # What each answer token adds to the response text ("" past a stop string); by default
+    # the pieces joined by spaces.
+    texts: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.texts:
+            self.texts = spaced_texts(self.answer)
+
+    def text(self, start: int, stop: int) -> str:
+        """The text that answer tokens start..stop-1 add."""
+        return "".join(self.texts[start:stop])
 
     def take(self) -> list[str]:
         """Pieces emitted since the last call."""
@@ -107,6 +120,9 @@ class EngineCounters:
     spec_accepted_per_pos: list[int] = field(default_factory=list)
     finished: dict[str, int] = field(default_factory=dict)
     steps: int = 0
+    # Per sequence, as vLLM observes them per child request when n > 1.
+    ttft: LatencyHistogram = field(default_factory=LatencyHistogram)
+    e2e: LatencyHistogram = field(default_factory=LatencyHistogram)
 
 
 class Engine:
@@ -164,10 +180,11 @@ class Engine:
 
     def abort(self, group: SequenceGroup) -> None:
         for seq in group.sequences:
+            # Not counted as finished: vLLM's output processor drops a client's abort
+            # without finishing its stats.
             if not seq.done:
                 seq.aborted = True
                 seq.done = True
-                self._count_finished("abort")
         self.running = [seq for seq in self.running if not seq.done]
         self.waiting = deque(seq for seq in self.waiting if not seq.done)
 
@@ -245,9 +262,10 @@ class Engine:
                 self.counters.generation_tokens += produced
                 if seq.first_token_at is None:
                     seq.first_token_at = now
+                    self.counters.ttft.observe(max(0.0, now - seq.arrival))
             if seq.emitted >= len(seq.answer):
                 seq.done = True
-                self._count_finished(seq.finish_reason)
+                self._count_finished(seq, now)
             else:
                 still_running.append(seq)
             group = seq.group
@@ -277,8 +295,10 @@ class Engine:
         counters.spec_accepted_tokens += accepted
         return accepted
 
-    def _count_finished(self, reason: str) -> None:
-        self.counters.finished[reason] = self.counters.finished.get(reason, 0) + 1
+    def _count_finished(self, seq: Sequence, now: float) -> None:
+        finished = self.counters.finished
+        finished[seq.finish_reason] = finished.get(seq.finish_reason, 0) + 1
+        self.counters.e2e.observe(max(0.0, now - seq.arrival))
 
 
 __all__ = ["Engine", "EngineConfig", "EngineCounters", "Sequence", "SequenceGroup", "SpecConfig"]

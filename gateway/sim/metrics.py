@@ -6,41 +6,21 @@ so the per-token path never touches prometheus_client.
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Final
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
-    HistogramMetricFamily,
     Metric,
 )
 
 from gateway.sim.engine import Engine
+from gateway.sim.histogram import LatencyHistogram
 
-_BUCKETS: Final = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-
-
-@dataclass(slots=True)
-class LatencyHistogram:
-    counts: list[int] = field(default_factory=lambda: [0] * (len(_BUCKETS) + 1))
-    total: float = 0.0
-
-    def observe(self, seconds: float) -> None:
-        self.counts[bisect.bisect_left(_BUCKETS, seconds)] += 1
-        self.total += seconds
-
-    def family(self, name: str, doc: str, labels: dict[str, str]) -> HistogramMetricFamily:
-        family = HistogramMetricFamily(name, doc, labels=list(labels))
-        cumulative, buckets = 0, []
-        for bound, count in zip((*map(str, _BUCKETS), "+Inf"), self.counts, strict=True):
-            cumulative += count
-            buckets.append((bound, cumulative))
-        family.add_metric(list(labels.values()), buckets, self.total)
-        return family
+# vLLM's FinishReason values (v1/engine/__init__.py), each exported from the start, at 0.
+FINISHED_REASONS: Final = ("stop", "length", "abort", "error", "repetition")
 
 
 class SimCollector:
@@ -49,8 +29,6 @@ class SimCollector:
     def __init__(self, engine: Engine, model_name: str) -> None:
         self.engine = engine
         self.labels = {"engine": "0", "model_name": model_name}
-        self.e2e = LatencyHistogram()
-        self.ttft = LatencyHistogram()
 
     def collect(self) -> Iterator[Metric]:
         engine, counters, labels = self.engine, self.engine.counters, self.labels
@@ -105,8 +83,8 @@ class SimCollector:
         success = CounterMetricFamily(
             "vllm:request_success", "Finished requests.", labels=[*names, "finished_reason"]
         )
-        for reason, count in sorted(counters.finished.items()):
-            success.add_metric([*values, reason], count)
+        for reason in FINISHED_REASONS:
+            success.add_metric([*values, reason], counters.finished.get(reason, 0))
         yield success
         if config.speculation is not None:
             yield counter(
@@ -128,8 +106,10 @@ class SimCollector:
             for position, count in enumerate(counters.spec_accepted_per_pos):
                 per_pos.add_metric([*values, str(position)], count)
             yield per_pos
-        yield self.e2e.family("vllm:e2e_request_latency_seconds", "End-to-end latency.", labels)
-        yield self.ttft.family("vllm:time_to_first_token_seconds", "Time to first token.", labels)
+        yield counters.e2e.family("vllm:e2e_request_latency_seconds", "End-to-end latency.", labels)
+        yield counters.ttft.family(
+            "vllm:time_to_first_token_seconds", "Time to first token.", labels
+        )
 
 
 def exposition(collector: SimCollector) -> bytes:
@@ -138,4 +118,4 @@ def exposition(collector: SimCollector) -> bytes:
     return bytes(generate_latest(registry))
 
 
-__all__ = ["LatencyHistogram", "SimCollector", "exposition"]
+__all__ = ["FINISHED_REASONS", "LatencyHistogram", "SimCollector", "exposition"]

@@ -1,8 +1,8 @@
 """A vLLM-compatible OpenAI server backed by the simulated engine.
 
 Same endpoints as `vllm serve` (/v1/chat/completions, /v1/completions, /v1/models,
-/health, /metrics, /tokenize, /version), the same SSE framing (one event per engine step,
-a usage-only last event when asked, `data: [DONE]`) and vLLM's error shape
+/health, /metrics, /tokenize, /version), the same SSE framing (one event per choice and engine
+step, a usage-only last event when asked, `data: [DONE]`) and vLLM's error shape
 (`{"error": {"message", "type": "BadRequestError", "param", "code": 400}}`).
 Extra: GET/POST /sim/faults and GET /sim/stats for tests and demos.
 """
@@ -12,16 +12,16 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import orjson
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from gateway.errors import TiergateError
 from gateway.protocol import (
+    ChatMessage,
     EndpointKind,
     RequestLimits,
     completion_budget,
@@ -32,8 +32,16 @@ from gateway.sim.engine import Engine, EngineConfig, Sequence, SequenceGroup
 from gateway.sim.faults import Faults
 from gateway.sim.logprobs import chat_logprobs, completion_logprobs
 from gateway.sim.metrics import SimCollector, exposition
-from gateway.sim.stops import cut_at_stop
+from gateway.sim.stops import cut_at_stop, spaced_texts
 from gateway.sim.streaming import SYSTEM_FINGERPRINT, StreamDropped, StreamWriter, response_id
+from gateway.sim.tools import (
+    PlannedCall,
+    ToolCallAnswer,
+    ToolChoiceError,
+    answer_call,
+    plan_call,
+    reported_finish_reason,
+)
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -86,7 +94,8 @@ class Prepared:
     prompt_tokens: int
     stream: bool
     include_usage: bool
-    tool_call: dict[str, Any] | None
+    continuous_usage: bool  # usage in every event too (needs include_usage, as in vLLM)
+    tool_calls: list[ToolCallAnswer | None]  # per choice
     top_logprobs: int | None  # None: no logprobs asked for
 
 
@@ -203,7 +212,6 @@ class SimServer:
         if faults.added_latency_s:
             await asyncio.sleep(faults.added_latency_s)
         group = prepared.group
-        arrival = time.perf_counter()
         self.engine.submit(group)
         watcher = asyncio.get_running_loop().create_task(self._watch(receive, group))
         try:
@@ -216,10 +224,6 @@ class SimServer:
                 await _json(send, 200, self._full_response(prepared))
         finally:
             watcher.cancel()
-        self.collector.e2e.observe(time.perf_counter() - arrival)
-        first = min((s.first_token_at for s in group.sequences if s.first_token_at), default=None)
-        if first is not None:
-            self.collector.ttft.observe(max(0.0, first - group.sequences[0].arrival))
 
     async def _watch(self, receive: Receive, group: SequenceGroup) -> None:
         while (await receive())["type"] != "http.disconnect":
@@ -248,8 +252,12 @@ class SimServer:
             prompts = [(prompt, prompt) for prompt in _prompt_texts(request["prompt"])]
             if not prompts:
                 raise SimError(400, "You must pass at least one prompt")
-        tool_call = self._tool_call(request) if kind == "chat" else None
+            if any(not prompt for prompt, _ in prompts):
+                # vLLM's input processor refuses a prompt of no tokens (ours: no text).
+                raise SimError(400, "The decoder prompt cannot be empty")
+        plan = _plan_call(request) if kind == "chat" else None
         sequences: list[Sequence] = []
+        tool_calls: list[ToolCallAnswer | None] = []
         prompt_tokens = 0
         # One request answers every prompt, each with n choices: choice index = prompt * n + i.
         for text, rendered in prompts:
@@ -257,40 +265,32 @@ class SimServer:
             prompt_tokens += len(prompt_ids)
             limit = self._token_budget(kind, request, len(prompt_ids))
             for choice in range(choices):
-                pieces, reason, stop = self._answer(request, text, choice, limit, tool_call)
-                sequences.append(
-                    Sequence(
-                        prompt_ids=prompt_ids, answer=pieces, finish_reason=reason, stop_reason=stop
-                    )
-                )
-        stream = request.get("stream") is True
+                if plan is None:
+                    sequences.append(self._answer(request, prompt_ids, text, choice, limit))
+                    tool_calls.append(None)
+                else:
+                    sequence, call = _call_answer(plan, prompt_ids, limit)
+                    sequences.append(sequence)
+                    tool_calls.append(call)
         options = request.get("stream_options") or {}
+        include_usage = bool(options.get("include_usage"))
         return Prepared(
             request=request,
             kind=kind,
             group=SequenceGroup(sequences),
             prompt_tokens=prompt_tokens,
-            stream=stream,
-            include_usage=bool(options.get("include_usage")),
-            tool_call=tool_call,
+            stream=request.get("stream") is True,
+            include_usage=include_usage,
+            continuous_usage=include_usage and bool(options.get("continuous_usage_stats")),
+            tool_calls=tool_calls,
             top_logprobs=_top_logprobs(kind, request),
         )
 
     def _answer(
-        self,
-        request: dict[str, Any],
-        text: str,
-        choice: int,
-        limit: int,
-        tool_call: dict[str, Any] | None,
-    ) -> tuple[list[str], str, str | None]:
-        """One choice's pieces, cut at a stop string or the token limit, why it ended and the
-        stop string that ended it."""
-        if tool_call is not None:  # the call is whole: stop strings do not cut it
-            pieces = tokenizer.pieces(tool_call["function"]["arguments"])
-            if len(pieces) > limit:
-                return pieces[:limit], "length", None
-            return pieces, "tool_calls", None
+        self, request: dict[str, Any], prompt_ids: list[int], text: str, choice: int, limit: int
+    ) -> Sequence:
+        """One choice's text answer, up to the token that completed a stop string or to the
+        token limit."""
         pieces = textgen.answer(
             text,
             tokenizer.pieces(text),
@@ -301,12 +301,21 @@ class SimServer:
         )
         stops = request.get("stop")
         # Generated token by token: a stop string only counts inside the first `limit` tokens.
-        cut, matched = cut_at_stop(
-            pieces[:limit], [stops] if isinstance(stops, str) else stops or ()
+        cut = cut_at_stop(
+            spaced_texts(pieces[:limit]),
+            [stops] if isinstance(stops, str) else stops or (),
+            include_stop=request.get("include_stop_str_in_output") is True,
         )
-        if matched is None and len(pieces) > limit:
-            return cut, "length", None
-        return cut, "stop", matched
+        # An answer of `limit` tokens or more ends at the limit: its end-of-sequence token
+        # would have been one more (so `ignore_eos` answers end with "length", as in vLLM).
+        reason = "length" if cut.stop is None and len(pieces) >= limit else "stop"
+        return Sequence(
+            prompt_ids=prompt_ids,
+            answer=pieces[: cut.tokens],
+            finish_reason=reason,
+            stop_reason=cut.stop,
+            texts=cut.texts,
+        )
 
     def _token_budget(self, kind: EndpointKind, request: dict[str, Any], prompt_tokens: int) -> int:
         """The tokens an answer may have; vLLM's errors for a prompt or max_tokens too long."""
@@ -328,25 +337,6 @@ class SimServer:
             )
         return int(max_tokens) if max_tokens is not None else budget
 
-    @staticmethod
-    def _tool_call(request: dict[str, Any]) -> dict[str, Any] | None:
-        """Calls the first tool when tools are offered and the user spoke last."""
-        tools = request.get("tools") or []
-        choice = request.get("tool_choice")
-        last = request["messages"][-1]
-        if not tools or choice == "none" or last.get("role") != "user":
-            return None
-        function = tools[0].get("function", {}) if isinstance(tools[0], dict) else {}
-        words = tokenizer.content_text(last.get("content")).split()[:6]
-        return {
-            "id": f"chatcmpl-tool-{uuid.uuid4().hex[:16]}",
-            "type": "function",
-            "function": {
-                "name": str(function.get("name", "tool")),
-                "arguments": orjson.dumps({"query": " ".join(words)}).decode(),
-            },
-        }
-
     def _usage(self, prepared: Prepared, *, details: bool = True) -> dict[str, Any]:
         completion = sum(seq.emitted for seq in prepared.group.sequences)
         usage: dict[str, Any] = {
@@ -364,17 +354,18 @@ class SimServer:
         chat = prepared.kind == "chat"
         for index, seq in enumerate(prepared.group.sequences):
             pieces = seq.answer[: seq.emitted]
-            text = textgen.detokenize(pieces)
+            text = seq.text(0, seq.emitted)
+            tool_call = prepared.tool_calls[index]
             choice: dict[str, Any] = {"index": index}
             if chat:
-                choice["message"] = self._message(text, prepared.tool_call)
+                choice["message"] = self._message(text, tool_call)
                 logprobs = None if top is None else chat_logprobs(pieces, 0, top)
             else:
                 choice["text"] = text
                 logprobs = None if top is None else completion_logprobs(pieces, 0, top, 0)
             choice |= {
                 "logprobs": logprobs,
-                "finish_reason": seq.finish_reason,
+                "finish_reason": reported_finish_reason(seq.finish_reason, tool_call),
                 "stop_reason": seq.stop_reason,
                 "token_ids": None,
             }
@@ -396,7 +387,7 @@ class SimServer:
         return response | {"kv_transfer_params": None, "ec_transfer_params": None, "metrics": None}
 
     @staticmethod
-    def _message(text: str, tool_call: dict[str, Any] | None) -> dict[str, Any]:
+    def _message(text: str, tool_call: ToolCallAnswer | None) -> dict[str, Any]:
         message: dict[str, Any] = {
             "role": "assistant",
             "content": text,
@@ -406,9 +397,16 @@ class SimServer:
             "function_call": None,
         }
         if tool_call is not None:
-            message["content"] = None
-            message["tool_calls"] = [tool_call]
+            message["content"] = tool_call.content
+            message["tool_calls"] = [tool_call.call]
         return message | {"reasoning": None}
+
+    @staticmethod
+    def _role_usages(prepared: Prepared) -> list[dict[str, Any] | None]:
+        """Per choice, the usage of its role event: none generated yet."""
+        if not prepared.continuous_usage:
+            return [None] * len(prepared.group.sequences)
+        return [_running_usage(seq, generated=0) for seq in prepared.group.sequences]
 
     async def _stream(self, prepared: Prepared, send: Send) -> None:
         faults = self.faults
@@ -417,28 +415,24 @@ class SimServer:
             send,
             prepared.kind,
             self.served_model_name,
-            prepared.tool_call,
+            prepared.tool_calls,
             faults.drop_after_chunks if drop else None,
             top_logprobs=prepared.top_logprobs,
         )
         group = prepared.group
         try:
-            await writer.start(len(group.sequences))
-            announced = [False] * len(group.sequences)
+            await writer.start(self._role_usages(prepared))
             while True:
                 group.waiter.clear()
-                choices = []
+                # One event per choice with news, as vLLM sends one per engine output.
                 for index, seq in enumerate(group.sequences):
-                    entry = writer.choice_for(index, seq, first=not announced[index])
+                    entry = writer.choice_for(index, seq)
                     if entry is not None:
-                        announced[index] = True
-                        choices.append(entry)
+                        usage = _running_usage(seq) if prepared.continuous_usage else None
+                        await writer.emit_choice(entry, usage, usage_follows=prepared.include_usage)
                 if any(seq.aborted for seq in group.sequences):
                     return
-                finished = group.done and all(s.taken == s.emitted for s in group.sequences)
-                if choices:
-                    await writer.emit(choices, last=finished and not prepared.include_usage)
-                if finished:
+                if group.done and all(s.taken == s.emitted for s in group.sequences):
                     break
                 await group.waiter.wait()
             if prepared.include_usage:
@@ -472,13 +466,7 @@ class SimServer:
             raise SimError(400, "Request body is not valid JSON.") from None
         if not isinstance(data, dict):
             raise SimError(400, "Request body must be a JSON object.")
-        if isinstance(data.get("messages"), list):
-            text = tokenizer.chat_prompt(data["messages"])
-        elif isinstance(data.get("prompt"), str):
-            text = data["prompt"]
-        else:
-            raise SimError(400, "Send either 'prompt' (a string) or 'messages'.", "prompt")
-        tokens = tokenizer.encode(text)
+        tokens = tokenizer.encode(_text_to_tokenize(data))
         return {"count": len(tokens), "max_model_len": self.config.max_model_len, "tokens": tokens}
 
     def _update_faults(self, body: bytes) -> None:
@@ -511,6 +499,56 @@ class SimServer:
             "finished": dict(counters.finished),
             "precision": self.config.precision,
         }
+
+
+_CHAT_MESSAGES: Final = TypeAdapter(list[ChatMessage])
+
+
+def _text_to_tokenize(data: dict[str, Any]) -> str:
+    """The text a /tokenize body asks about: its chat rendered, or its prompt. A malformed
+    body is a 400, as vLLM's request models make it."""
+    if data.get("messages") is not None:
+        try:
+            _CHAT_MESSAGES.validate_python(data["messages"])
+        except ValidationError as exc:
+            first = exc.errors(include_url=False)[0]
+            param = ".".join(map(str, ("messages", *first["loc"])))
+            raise SimError(400, f"Invalid value for '{param}': {first['msg']}.", param) from None
+        return tokenizer.chat_prompt(data["messages"])
+    if isinstance(data.get("prompt"), str):
+        return str(data["prompt"])
+    raise SimError(400, "Send either 'prompt' (a string) or 'messages' (a list).", "prompt")
+
+
+def _running_usage(seq: Sequence, generated: int | None = None) -> dict[str, Any]:
+    """A choice's usage in its own events (`continuous_usage_stats`): its prompt and the
+    tokens it has streamed so far."""
+    prompt = len(seq.prompt_ids)
+    completion = seq.taken if generated is None else generated
+    return {
+        "prompt_tokens": prompt,
+        "total_tokens": prompt + completion,
+        "completion_tokens": completion,
+    }
+
+
+def _plan_call(request: dict[str, Any]) -> PlannedCall | None:
+    try:
+        return plan_call(request)
+    except ToolChoiceError as exc:
+        raise SimError(400, str(exc), "tool_choice") from None
+
+
+def _call_answer(
+    plan: PlannedCall, prompt_ids: list[int], limit: int
+) -> tuple[Sequence, ToolCallAnswer | None]:
+    """One choice answering with `plan`'s call: its tokens are the call's arguments, which
+    only max_tokens cuts (stop strings do not)."""
+    texts, call = answer_call(plan, limit)
+    pieces = tokenizer.pieces(plan.arguments)
+    reason = "length" if len(texts) < len(pieces) else "stop"
+    answer = pieces[: len(texts)]
+    return Sequence(prompt_ids=prompt_ids, answer=answer, finish_reason=reason, texts=texts), call
 
 
 def _prompt_texts(prompt: str | list[Any]) -> list[str]:

@@ -1,33 +1,60 @@
-"""Stop strings, matched as vLLM matches them: anywhere in the generated text."""
+"""Stop strings, matched as vLLM's detokenizer matches them (v1/engine/detokenizer.py).
+
+Generation ends at the token that completes a stop string: every token up to that one was
+generated (and counts in usage), while the text is cut at the stop string's start, or at its
+end with `include_stop_str_in_output`.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 
-def cut_at_stop(pieces: list[str], stops: Iterable[str]) -> tuple[list[str], str | None]:
-    """The pieces whose text ends where the earliest stop string begins, and that string
-    (None when none occurs). A piece the match begins inside is kept up to the match, so the
-    text is the generated text before the stop string, as vLLM returns it."""
-    text = " ".join(pieces)
+@dataclass(frozen=True, slots=True)
+class StopCut:
+    """An answer ended (or not) by a stop string."""
+
+    texts: list[str]  # what each generated token adds to the text, "" past the cut
+    stop: str | None  # the stop string that ended it, None when none occurred
+
+    @property
+    def tokens(self) -> int:
+        return len(self.texts)
+
+
+def spaced_texts(pieces: list[str]) -> list[str]:
+    """What each piece adds to the simulator's text: pieces are joined by one space."""
+    return [piece if index == 0 else " " + piece for index, piece in enumerate(pieces)]
+
+
+def _earliest_stop(text: str, stops: Iterable[str]) -> tuple[int, str] | None:
+    """The stop string that completes earliest in `text` (ties: list order), and where."""
     found: tuple[int, str] | None = None
     for stop in stops:
         at = text.find(stop) if stop else -1
-        if at >= 0 and (found is None or at < found[0]):
+        if at >= 0 and (found is None or at + len(stop) < found[0] + len(found[1])):
             found = (at, stop)
+    return found
+
+
+def cut_at_stop(texts: list[str], stops: Iterable[str], *, include_stop: bool = False) -> StopCut:
+    """`texts` (each token's text) up to the token that completes the earliest stop string,
+    with the text cut where vLLM cuts it."""
+    found = _earliest_stop("".join(texts), stops)
     if found is None:
-        return pieces, None
+        return StopCut(list(texts), None)
     at, stop = found
+    end = at + len(stop)
+    keep = end if include_stop else at
     kept: list[str] = []
     start = 0
-    for piece in pieces:
-        if start + len(piece) > at:
-            if at > start or (at == start and kept):  # "" keeps a space the match follows
-                kept.append(text[start:at])
+    for text in texts:
+        kept.append(text[: max(0, keep - start)])
+        start += len(text)
+        if start >= end:  # this token completed the stop string: generation ends here
             break
-        kept.append(piece)
-        start += len(piece) + 1  # the space before the next piece
-    return kept, stop
+    return StopCut(kept, stop)
 
 
-__all__ = ["cut_at_stop"]
+__all__ = ["StopCut", "cut_at_stop", "spaced_texts"]

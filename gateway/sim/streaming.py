@@ -15,9 +15,9 @@ from typing import Any
 import orjson
 
 from gateway.protocol import EndpointKind
-from gateway.sim import textgen
 from gateway.sim.engine import Sequence
 from gateway.sim.logprobs import chat_logprobs, completion_logprobs
+from gateway.sim.tools import ToolCallAnswer, reported_finish_reason
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -63,14 +63,15 @@ class StreamWriter:
         send: Send,
         kind: EndpointKind,
         model: str,
-        tool_call: dict[str, Any] | None,
+        tool_calls: list[ToolCallAnswer | None],
         drop_after: int | None,
         *,
         top_logprobs: int | None = None,
     ) -> None:
         self._send = send
         self.chat = kind == "chat"
-        self.tool_call = tool_call
+        self.tool_calls = tool_calls
+        self._announced: set[int] = set()  # choices that have had an entry with tokens
         self.drop_after = drop_after
         self.top_logprobs = top_logprobs
         self._text_offsets: dict[int, int] = {}  # per choice: characters streamed so far
@@ -82,7 +83,9 @@ class StreamWriter:
             "model": model,
         }
 
-    async def start(self, choices: int) -> None:
+    async def start(self, role_usages: list[dict[str, Any] | None]) -> None:
+        """Starts the response; a chat stream then sends each choice its role event, with
+        that choice's usage so far when it goes in every event."""
         await self._send(
             {
                 "type": "http.response.start",
@@ -90,13 +93,26 @@ class StreamWriter:
                 "headers": [(b"content-type", b"text/event-stream; charset=utf-8")],
             }
         )
-        if self.chat:
+        if not self.chat:
+            return
+        for index, usage in enumerate(role_usages):
             delta = {"role": "assistant", "content": ""}
-            role = [
-                {"index": i, "delta": delta, "logprobs": None, "finish_reason": None}
-                for i in range(choices)
-            ]
-            await self.emit(role, prompt_token_ids=None, prompt_text=None)
+            role = {"index": index, "delta": delta, "logprobs": None, "finish_reason": None}
+            await self.emit([role], self._running(usage), prompt_token_ids=None, prompt_text=None)
+
+    async def emit_choice(
+        self, entry: dict[str, Any], usage: dict[str, Any] | None, *, usage_follows: bool
+    ) -> None:
+        """One choice's event. vLLM names the system on a choice's last event, unless a
+        usage event follows (that one is the last)."""
+        last = entry["finish_reason"] is not None and not usage_follows
+        await self.emit([entry], self._running(usage), last=last)
+
+    def _running(self, usage: dict[str, Any] | None) -> dict[str, Any] | None:
+        # vLLM's chat sets completion_tokens_details (null) in running usage; completions not.
+        if usage is None or not self.chat:
+            return usage
+        return usage | {"completion_tokens_details": None}
 
     async def emit(
         self,
@@ -123,30 +139,32 @@ class StreamWriter:
             {"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False}
         )
 
-    def choice_for(self, index: int, seq: Sequence, first: bool) -> dict[str, Any] | None:
+    def choice_for(self, index: int, seq: Sequence) -> dict[str, Any] | None:
         """The event entry for what `seq` produced since the last event, if anything."""
         start = seq.taken
         pieces = seq.take()
         entry: dict[str, Any] | None = None
+        tool_call = self.tool_calls[index] if self.chat else None
         if pieces:
-            text = ("" if first else " ") + textgen.detokenize(pieces)
-            if self.chat and self.tool_call is not None:
+            first = index not in self._announced
+            self._announced.add(index)
+            if tool_call is not None:
                 # vLLM's tool parsers emit a call once it is complete enough; the simulator
                 # sends it whole with the first generated tokens.
                 if first:
-                    entry = chat_delta(index, {"tool_calls": [{"index": 0, **self.tool_call}]})
+                    entry = chat_delta(index, {"tool_calls": [{"index": 0, **tool_call.call}]})
                 elif self.top_logprobs is not None:  # the call went out whole; its tokens'
                     entry = chat_delta(index, {})  # logprobs still go out as they come
             elif self.chat:
-                entry = chat_delta(index, {"content": text})
+                entry = chat_delta(index, {"content": seq.text(start, seq.taken)})
             else:
-                entry = text_choice(index, text)
+                entry = text_choice(index, seq.text(start, seq.taken))
             if entry is not None and self.top_logprobs is not None:
                 entry["logprobs"] = self._logprobs(index, pieces, start)
         if seq.done and not seq.aborted:
             if entry is None:
                 entry = chat_delta(index, {}) if self.chat else text_choice(index, "")
-            entry["finish_reason"] = seq.finish_reason
+            entry["finish_reason"] = reported_finish_reason(seq.finish_reason, tool_call)
             entry["stop_reason"] = seq.stop_reason
         return entry
 

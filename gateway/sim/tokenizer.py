@@ -19,6 +19,17 @@ def pieces(text: str) -> list[str]:
     return _PIECE.findall(text)
 
 
+def piece_texts(text: str) -> list[str]:
+    """What each piece adds to `text`: the piece and the whitespace before it, so that the
+    texts of the first k pieces join to the text those k tokens spell."""
+    texts: list[str] = []
+    end = 0
+    for match in _PIECE.finditer(text):
+        texts.append(text[end : match.end()])
+        end = match.end()
+    return texts
+
+
 def token_id(piece: str) -> int:
     return zlib.crc32(piece.encode()) % VOCAB_SIZE
 
@@ -54,4 +65,12 @@ def chat_prompt(messages: Sequence[Mapping[str, Any]]) -> str:
     return "".join(parts)
 
 
-__all__ = ["VOCAB_SIZE", "chat_prompt", "content_text", "encode", "pieces", "token_id"]
+__all__ = [
+    "VOCAB_SIZE",
+    "chat_prompt",
+    "content_text",
+    "encode",
+    "piece_texts",
+    "pieces",
+    "token_id",
+]

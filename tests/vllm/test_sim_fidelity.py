@@ -2,9 +2,10 @@
 `tiergate sim`, compared field by field (keys and value types, not values).
 
 Covers what README says the simulator does beyond plain text: logprobs in the chat and
-completions shapes, streamed and not, a list of prompts in one completions request, and the
-400s vLLM gives for `top_logprobs` without `logprobs`, an empty prompt list, greedy sampling
-with n > 1 and `suffix` (`best_of` it accepts).
+completions shapes, streamed and not, usage in every event (`continuous_usage_stats`), one
+event per choice when n > 1, a list of prompts in one completions request, and the
+400s vLLM gives for `top_logprobs` without `logprobs`, an empty prompt (list), greedy sampling
+with n > 1, `suffix` (`best_of` it accepts) and a malformed /tokenize body.
 """
 
 from __future__ import annotations
@@ -87,6 +88,8 @@ def both(deployment: Deployment, sim: Sim) -> Pair:
 CHAT = {"messages": MESSAGES, "max_tokens": 3, "temperature": 0, "ignore_eos": True}
 TEXT = {"prompt": "Once upon a time", "max_tokens": 3, "temperature": 0, "ignore_eos": True}
 USAGE = {"stream_options": {"include_usage": True}}
+USAGE_EVERYWHERE = {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+SAMPLED_N = {"n": 2, "temperature": 0.8, "seed": 7}
 CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "chat": ("/v1/chat/completions", CHAT),
     "chat-logprobs": ("/v1/chat/completions", {**CHAT, "logprobs": True, "top_logprobs": 2}),
@@ -107,6 +110,18 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "completions-best-of": ("/v1/completions", {**TEXT, "best_of": 2, "temperature": 0.8}),
     "completions-stream-usage": ("/v1/completions", {**TEXT, "stream": True, **USAGE}),
     "completions-stream-logprobs": ("/v1/completions", {**TEXT, "stream": True, "logprobs": 1}),
+    # usage in every event: the role event's, a token event's and the closing usage event
+    "chat-stream-continuous-usage": (
+        "/v1/chat/completions",
+        {**CHAT, "stream": True, **USAGE_EVERYWHERE},
+    ),
+    "completions-stream-continuous-usage": (
+        "/v1/completions",
+        {**TEXT, "stream": True, **USAGE_EVERYWHERE},
+    ),
+    # n > 1: one event per choice (the two role events, for chat)
+    "chat-stream-n": ("/v1/chat/completions", {**CHAT, "stream": True, **SAMPLED_N}),
+    "completions-stream-n": ("/v1/completions", {**TEXT, "stream": True, **SAMPLED_N}),
 }
 
 
@@ -171,12 +186,16 @@ def test_stop_strings_as_vllms(both: Pair) -> None:
     [
         ("/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 2, "top_logprobs": 2}),
         ("/v1/completions", {"prompt": [], "max_tokens": 2}),
+        ("/v1/completions", {"prompt": "", "max_tokens": 2}),
+        ("/tokenize", {"messages": [1]}),
         ("/v1/completions", {**TEXT, "n": 2}),
         ("/v1/completions", {**TEXT, "suffix": "the end"}),
     ],
     ids=[
         "top_logprobs-without-logprobs",
         "empty-prompt-list",
+        "empty-prompt",
+        "tokenize-malformed-messages",
         "greedy-with-n-2",
         "suffix",
     ],

@@ -115,7 +115,7 @@ def test_quality_model_levels_and_determinism() -> None:
     assert quality.difficulty(hard) == quality.difficulty(hard)
     assert not quality.diverges(hard, "bf16")
     for precision in ("nvfp4", "w4a16", "fp8"):
-        assert quality.adequate(easy, precision)  # type: ignore[arg-type]
+        assert quality.adequate(easy, precision)
     assert quality.diverges(hard, "nvfp4")
     pieces = tokenizer.pieces(hard)
     reference = textgen.answer(hard, pieces, "bf16")
@@ -131,7 +131,7 @@ def test_divergence_share_grows_as_precision_drops() -> None:
         f"question {i}: " + "explain the algorithm and prove it " * (i % 30) for i in range(300)
     ]
     share = {
-        p: sum(quality.diverges(text, p) for text in prompts) / len(prompts)  # type: ignore[arg-type]
+        p: sum(quality.diverges(text, p) for text in prompts) / len(prompts)
         for p in ("bf16", "fp8", "w4a16", "nvfp4")
     }
     assert share["bf16"] == 0.0

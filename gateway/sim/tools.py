@@ -1,0 +1,125 @@
+"""Simulated tool calls, with vLLM's rules for which function is called and how the answer
+reports it (entrypoints/openai/chat_completion/serving.py).
+
+A chat request with tools calls a function: the one `tool_choice` names, else the first
+tool (`"auto"` only when the user spoke last, as a model answering a question would). The
+generated tokens are the call's arguments. A call cut by max_tokens is what vLLM makes of
+cut output: a named call keeps its partial arguments, an auto or required one no longer
+parses as a call and comes back as text.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+
+from gateway.sim import tokenizer
+
+ToolMode = Literal["auto", "required", "named"]
+
+
+class ToolChoiceError(ValueError):
+    """A `tool_choice` vLLM refuses with a 400."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedCall:
+    """The function a request calls and how `tool_choice` asked for it."""
+
+    name: str
+    mode: ToolMode
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallAnswer:
+    """One choice's tool call (each choice has its own id, as in vLLM)."""
+
+    call: dict[str, Any]
+    mode: ToolMode
+
+    @property
+    def content(self) -> str | None:
+        # vLLM builds named and required messages with `content or ""`, auto ones with None.
+        return None if self.mode == "auto" else ""
+
+    def finish_reason(self, engine_reason: str) -> str:
+        """ "tool_calls" for auto (a parsed call) and required calls, the engine's reason for a
+        named call."""
+        if self.mode == "auto" or (self.mode == "required" and engine_reason == "stop"):
+            return "tool_calls"
+        return engine_reason
+
+
+def reported_finish_reason(engine_reason: str, call: ToolCallAnswer | None) -> str:
+    """The finish_reason a choice reports: the engine's, or vLLM's for a tool call."""
+    return engine_reason if call is None else call.finish_reason(engine_reason)
+
+
+def plan_call(request: dict[str, Any]) -> PlannedCall | None:
+    """The call a chat request answers with, None for a text answer."""
+    tools = request.get("tools") or []
+    choice = request.get("tool_choice")
+    if not tools or choice == "none":
+        return None
+    last = request["messages"][-1]
+    words = tokenizer.content_text(last.get("content")).split()[:6]
+    arguments = orjson.dumps({"query": " ".join(words)}).decode()
+    if isinstance(choice, dict):
+        return PlannedCall(_named_function(choice, tools), "named", arguments)
+    if choice != "required" and last.get("role") != "user":
+        return None
+    return PlannedCall(
+        _function_name(tools[0]), "required" if choice == "required" else "auto", arguments
+    )
+
+
+def answer_call(plan: PlannedCall, limit: int) -> tuple[list[str], ToolCallAnswer | None]:
+    """The texts of the tokens a choice generates for `plan` within `limit` tokens, and its
+    call (None when the cut call no longer parses as one)."""
+    texts = tokenizer.piece_texts(plan.arguments)
+    if len(texts) > limit:
+        texts = texts[:limit]
+        if plan.mode != "named":
+            return texts, None
+    call = {
+        "id": f"chatcmpl-tool-{uuid.uuid4().hex}",
+        "type": "function",
+        "function": {"name": plan.name, "arguments": "".join(texts)},
+    }
+    return texts, ToolCallAnswer(call, plan.mode)
+
+
+def _function_name(tool: Any) -> str:
+    function = tool.get("function", {}) if isinstance(tool, dict) else {}
+    return str(function.get("name", "tool"))
+
+
+def _named_function(choice: dict[str, Any], tools: list[Any]) -> str:
+    """The function a named `tool_choice` calls; vLLM's 400 when it names none of the tools."""
+    function = choice.get("function")
+    name = function.get("name") if isinstance(function, dict) else None
+    if not isinstance(name, str) or not name:
+        raise ToolChoiceError(
+            'Invalid `tool_choice`! Correct usage: `{"type": "function", '
+            '"function": {"name": "my_function"}}`'
+        )
+    if name not in {_function_name(tool) for tool in tools}:
+        raise ToolChoiceError(
+            "The tool specified in `tool_choice` does not match any of the specified `tools`"
+        )
+    return name
+
+
+__all__ = [
+    "PlannedCall",
+    "ToolCallAnswer",
+    "ToolChoiceError",
+    "ToolMode",
+    "answer_call",
+    "plan_call",
+    "reported_finish_reason",
+]

@@ -1,0 +1,269 @@
+"""The simulator's HTTP answers, in process: vLLM 0.32's behaviour, request by request."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from gateway.sim.metrics import FINISHED_REASONS, exposition
+from gateway.sim.server import SimServer, StreamDropped
+from tests.gateway.sim.asgi import Reply, call, chat, completion, run
+
+CHAT = "/v1/chat/completions"
+COMPLETIONS = "/v1/completions"
+USAGE_EVERYWHERE = {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+TOOLS = [
+    {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
+    for name in ("a", "b")
+]
+
+
+def metric(server: SimServer, sample: str) -> float:
+    """A sample's value on /metrics, named with its labels."""
+    for line in exposition(server.collector).decode().splitlines():
+        name, _, value = line.rpartition(" ")
+        if name == sample:
+            return float(value)
+    raise AssertionError(f"no sample {sample}")
+
+
+def success(server: SimServer, reason: str) -> float:
+    labels = f'engine="0",finished_reason="{reason}",model_name="sim-test"'
+    return metric(server, f"vllm:request_success_total{{{labels}}}")
+
+
+def assert_vllm_400(reply: Reply) -> dict[str, Any]:
+    assert reply.status == 400, reply.body
+    error: dict[str, Any] = reply.json()["error"]
+    assert error["type"] == "BadRequestError" and error["code"] == 400
+    return error
+
+
+# -- streaming ---------------------------------------------------------------------------------
+def test_continuous_usage_stats_put_each_choices_running_usage_in_every_chat_event() -> None:
+    async def check(server: SimServer) -> None:
+        body = chat(stream=True, max_tokens=6, ignore_eos=True, n=2, seed=3, **USAGE_EVERYWHERE)
+        events = (await call(server, "POST", CHAT, body)).events()
+        *per_choice, final = events
+        roles = [e for e in per_choice if "role" in e["choices"][0]["delta"]]
+        assert [e["usage"]["completion_tokens"] for e in roles] == [0, 0]
+        assert roles[0]["usage"]["completion_tokens_details"] is None
+        prompt = roles[0]["usage"]["prompt_tokens"]
+        for index in (0, 1):
+            mine = [e["usage"] for e in per_choice if e["choices"][0]["index"] == index]
+            counts = [usage["completion_tokens"] for usage in mine]
+            assert counts == sorted(counts) and counts[-1] == 6  # its own running count
+            assert all(u["total_tokens"] == prompt + u["completion_tokens"] for u in mine)
+        assert final["choices"] == [] and final["usage"]["completion_tokens"] == 12
+
+    run(check)
+
+
+def test_continuous_usage_stats_in_completions_and_only_with_include_usage() -> None:
+    async def check(server: SimServer) -> None:
+        body = completion(stream=True, max_tokens=4, ignore_eos=True, **USAGE_EVERYWHERE)
+        *per_choice, final = (await call(server, "POST", COMPLETIONS, body)).events()
+        assert per_choice and all(
+            set(e["usage"]) == {"prompt_tokens", "total_tokens", "completion_tokens"}
+            for e in per_choice
+        )
+        assert per_choice[-1]["usage"]["completion_tokens"] == 4
+        assert final["usage"]["completion_tokens"] == 4
+        # continuous_usage_stats alone asks for nothing (vLLM's should_include_usage)
+        alone = completion(stream=True, stream_options={"continuous_usage_stats": True})
+        events = (await call(server, "POST", COMPLETIONS, alone)).events()
+        assert not any("usage" in e for e in events)
+
+    run(check)
+
+
+@pytest.mark.parametrize("path", [CHAT, COMPLETIONS])
+def test_n_choices_stream_one_choice_per_event(path: str) -> None:
+    async def check(server: SimServer) -> None:
+        fields = {"stream": True, "n": 3, "max_tokens": 5, "ignore_eos": True, "seed": 1}
+        body = chat(**fields) if path == CHAT else completion(**fields)
+        events = (await call(server, "POST", path, body)).events()
+        assert all(len(event["choices"]) == 1 for event in events)
+        if path == CHAT:
+            roles = [e["choices"][0]["index"] for e in events if "role" in e["choices"][0]["delta"]]
+            assert roles == [0, 1, 2]
+        finished = [e for e in events if e["choices"][0]["finish_reason"] is not None]
+        assert sorted(e["choices"][0]["index"] for e in finished) == [0, 1, 2]
+        # without a usage event, each choice's last event names the system, as in vLLM
+        assert all(e.get("system_fingerprint") for e in finished)
+
+    run(check)
+
+
+# -- tool calls --------------------------------------------------------------------------------
+def named(name: str) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name}}
+
+
+def test_a_named_tool_choice_calls_that_function_and_finishes_with_stop() -> None:
+    async def check(server: SimServer) -> None:
+        body = chat(tools=TOOLS, tool_choice=named("b"), n=2, seed=1)
+        choices = (await call(server, "POST", CHAT, body)).json()["choices"]
+        calls = [choice["message"]["tool_calls"][0] for choice in choices]
+        assert [c["function"]["name"] for c in calls] == ["b", "b"]
+        assert [choice["finish_reason"] for choice in choices] == ["stop", "stop"]
+        assert calls[0]["id"] != calls[1]["id"]  # each choice its own call
+        assert choices[0]["message"]["content"] == ""  # vLLM: `content or ""` when forced
+
+        auto = (await call(server, "POST", CHAT, chat(tools=TOOLS, n=2, seed=1))).json()
+        assert [c["finish_reason"] for c in auto["choices"]] == ["tool_calls", "tool_calls"]
+        assert auto["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "a"
+
+        streamed = chat(tools=TOOLS, tool_choice=named("b"), stream=True)
+        events = (await call(server, "POST", CHAT, streamed)).events()
+        deltas = [e["choices"][0]["delta"] for e in events]
+        assert [d["tool_calls"][0]["function"]["name"] for d in deltas if "tool_calls" in d] == [
+            "b"
+        ]
+        assert events[-1]["choices"][0]["finish_reason"] == "stop"
+
+    run(check)
+
+
+def test_a_tool_call_cut_by_max_tokens_is_what_vllm_makes_of_cut_output() -> None:
+    async def check(server: SimServer) -> None:
+        whole = await call(server, "POST", CHAT, chat(tools=TOOLS, tool_choice=named("b")))
+        arguments = whole.json()["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
+        # named: the call keeps the arguments generated so far
+        cut = (
+            await call(
+                server, "POST", CHAT, chat(tools=TOOLS, tool_choice=named("b"), max_tokens=3)
+            )
+        ).json()
+        choice = cut["choices"][0]
+        partial = choice["message"]["tool_calls"][0]["function"]["arguments"]
+        assert choice["finish_reason"] == "length" and cut["usage"]["completion_tokens"] == 3
+        assert arguments.startswith(partial) and partial != arguments
+        # auto: a cut call does not parse as one; the output comes back as text
+        auto = (await call(server, "POST", CHAT, chat(tools=TOOLS, max_tokens=3))).json()
+        message = auto["choices"][0]["message"]
+        assert auto["choices"][0]["finish_reason"] == "length"
+        assert "tool_calls" not in message and message["content"] == partial
+
+    run(check)
+
+
+def test_a_named_tool_choice_must_name_one_of_the_tools() -> None:
+    async def check(server: SimServer) -> None:
+        reply = await call(server, "POST", CHAT, chat(tools=TOOLS, tool_choice=named("c")))
+        assert "does not match any" in assert_vllm_400(reply)["message"]
+
+    run(check)
+
+
+# -- stop strings ------------------------------------------------------------------------------
+async def answer_text(server: SimServer, **fields: Any) -> tuple[str, int]:
+    reply = (await call(server, "POST", COMPLETIONS, completion(seed=5, **fields))).json()
+    return reply["choices"][0]["text"], reply["usage"]["completion_tokens"]
+
+
+def test_a_stop_string_across_tokens_counts_every_token_that_spelled_it() -> None:
+    async def check(server: SimServer) -> None:
+        text, _ = await answer_text(server, max_tokens=40)
+        words = text.split(" ")
+        stop = f"{words[3][1:]} {words[4]} {words[5][:1]}"  # ends inside the 6th token
+        cut, tokens = await answer_text(server, max_tokens=40, stop=stop)
+        assert cut == text[: text.index(stop)]
+        assert tokens == 6
+
+    run(check)
+
+
+def test_include_stop_str_in_output_keeps_the_stop_string() -> None:
+    async def check(server: SimServer) -> None:
+        text, _ = await answer_text(server, max_tokens=40)
+        words = text.split(" ")
+        stop = f"{words[2]} {words[3][:2]}"
+        kept, tokens = await answer_text(
+            server, max_tokens=40, stop=[stop], include_stop_str_in_output=True
+        )
+        assert kept == text[: text.index(stop) + len(stop)] and tokens == 4
+        body = completion(seed=5, max_tokens=40, stop=stop, include_stop_str_in_output=True)
+        events = (await call(server, "POST", COMPLETIONS, {**body, "stream": True})).events()
+        assert "".join(e["choices"][0]["text"] for e in events) == kept
+
+    run(check)
+
+
+# -- refusals ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("prompt", ["", [[]], [], ["a", ""]])
+def test_an_empty_prompt_is_a_400(prompt: Any) -> None:
+    async def check(server: SimServer) -> None:
+        error = assert_vllm_400(await call(server, "POST", COMPLETIONS, completion(prompt=prompt)))
+        if prompt != []:  # no prompt at all has its own message
+            assert error["message"] == "The decoder prompt cannot be empty"
+
+    run(check)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"messages": [1]},
+        {"messages": "hello"},
+        {"messages": [{"role": "user", "tool_calls": [{"function": 5}]}]},
+        {"messages": [{"content": "no role"}]},
+        {"prompt": 5},
+        {},
+        [1],
+        b"{not json",
+    ],
+)
+def test_a_malformed_tokenize_body_is_a_400(body: Any) -> None:
+    async def check(server: SimServer) -> None:
+        assert_vllm_400(await call(server, "POST", "/tokenize", body))
+
+    run(check)
+
+
+def test_tokenize_counts_a_chat_and_a_prompt() -> None:
+    async def check(server: SimServer) -> None:
+        messages = {"messages": [{"role": "user", "content": "hi there"}]}
+        assert (await call(server, "POST", "/tokenize", messages)).json()["count"] > 2
+        prompt = (await call(server, "POST", "/tokenize", {"prompt": "hi there"})).json()
+        assert prompt["count"] == 2
+
+    run(check)
+
+
+# -- metrics -----------------------------------------------------------------------------------
+def test_request_success_has_vllms_reasons_and_counts_each_choice() -> None:
+    async def check(server: SimServer) -> None:
+        text = (await call(server, "GET", "/metrics")).body.decode()
+        reasons = [
+            line.split('finished_reason="')[1].split('"')[0]
+            for line in text.splitlines()
+            if line.startswith("vllm:request_success_total")
+        ]
+        assert reasons == list(FINISHED_REASONS)
+        await call(server, "POST", CHAT, chat(tools=TOOLS, n=2, seed=1))  # tool calls: "stop"
+        await call(server, "POST", COMPLETIONS, completion(n=3, max_tokens=2, ignore_eos=True))
+        assert success(server, "stop") == 2 and success(server, "length") == 3
+        assert "tool_calls" not in (await call(server, "GET", "/metrics")).body.decode()
+        e2e = 'vllm:e2e_request_latency_seconds_count{engine="0",model_name="sim-test"}'
+        ttft = 'vllm:time_to_first_token_seconds_count{engine="0",model_name="sim-test"}'
+        assert metric(server, e2e) == 5 and metric(server, ttft) == 5  # one per choice
+
+    run(check)
+
+
+def test_a_dropped_stream_is_not_counted_as_finished() -> None:
+    async def check(server: SimServer) -> None:
+        server.faults = server.faults.model_copy(
+            update={"drop_mid_stream": 1.0, "drop_after_chunks": 2}
+        )
+        body = orjson.dumps(completion(stream=True, max_tokens=50, ignore_eos=True))
+        with pytest.raises(StreamDropped):
+            await call(server, "POST", COMPLETIONS, body)
+        assert all(success(server, reason) == 0 for reason in FINISHED_REASONS)
+        e2e = 'vllm:e2e_request_latency_seconds_count{engine="0",model_name="sim-test"}'
+        assert metric(server, e2e) == 0
+
+    run(check)
