@@ -26,6 +26,7 @@ from pydantic import (
 from gateway.planner.params import Settings as PlannerSettings
 from gateway.precision import Precision, relative_cost
 from gateway.protocol import RequestLimits
+from gateway.shadow.judges import resolve as resolve_judge
 
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")]
 Probability = Annotated[float, Field(ge=0.0, le=1.0)]
@@ -183,6 +184,15 @@ class ShadowSettings(Section):
     min_labels: int = Field(default=50, ge=1)  # per tier, before a refit
     prior_weight: float = Field(default=20.0, ge=0.0)  # pseudo-labels from the shipped model
     drift_margin: Probability = 0.1  # alarm when observed < predicted - margin
+
+    @field_validator("judges")
+    @classmethod
+    def _judges_resolve(cls, value: list[str]) -> list[str]:
+        # A misspelt name or a plug-in that does not import is refused here, where a start
+        # or a reload can still say so, not in every shadow worker afterwards.
+        for name in value:
+            resolve_judge(name)
+        return value
 
 
 class SharedLimitSettings(Section):

@@ -3,7 +3,8 @@
 A judge returns True (adequate), False (not adequate) or None (does not apply to this
 pair). Answer-level judges (multiple-choice letter, final number) also work when decoding
 was stochastic; text judges (exact, normalized) need deterministic decoding. A code-test
-hook can be plugged in as `module:function` taking (candidate, reference, request).
+hook can be plugged in as `module:function` taking (candidate, reference, request); plug-ins
+know what they compare, so they are consulted on stochastic pairs too.
 """
 
 from __future__ import annotations
@@ -13,27 +14,70 @@ import re
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, Final
 
 Verdict = bool | None
 JudgeFn = Callable[[str, str, Mapping[str, Any]], Verdict]
 
 _SPACES = re.compile(r"\s+")
+# A minus sign in front of a digit that does not follow a word character: "-5", "x = -5",
+# but not the hyphen of "1-5" or "state-of-the-art".
+_SIGN = re.compile(r"(?<!\w)[-\u2212](?=\d)")
+
 # Answer-level judges only apply when the reference states a final answer explicitly; a
-# letter or a number somewhere in free text is not an answer.
-_CHOICE_PATTERNS: Final = (
-    re.compile(r"\banswer\s*(?:is|:)\s*\(?([A-J])\)?(?![A-Za-z])", re.I),
-    re.compile(r"^\s*\(?([A-J])[\).:]?\s*$", re.M),
+# letter or a number somewhere in free text is not an answer. Of several statements the
+# last one counts (a model that corrects itself means its last word).
+_ANSWER_IS = r"\b(?i:answer)\s*(?:(?i:is)\s*:?|:)\s*"
+# The keyword in any case, the letter in upper case: after "the answer is", a lower-case
+# "a" is far more often the article than option A. A lower-case letter counts only where it
+# cannot start a word: in parentheses, or alone at the end of its line. "I" followed by a
+# word is the pronoun ("the answer is I think B"): no letter, the next judge decides.
+_STATED_LETTER: Final = re.compile(
+    _ANSWER_IS + r"(?:\(([A-Ja-j])\)|([A-HJ]|I(?!\s+[a-z]))(?![\w'’])|([a-j])[.)]?[ \t]*$)",
+    re.M,
 )
-_FINAL_NUMBER = re.compile(
-    r"(?:\banswer\s*(?:is|:)|####|\\boxed\{)\s*\$?(-?\d[\d,]*(?:\.\d+)?)", re.I
+_LETTER_LINE: Final = re.compile(r"^[ \t]*\(?([A-J])[).:]?[ \t]*$", re.M)
+
+# One number, exactly: sign, thousands separators, decimals, a fraction, an exponent
+# (1.5e3, 2^10, 1.5 x 10^3) or a LaTeX \frac. An exponent is read whole (a cut-off one would
+# read 9^99999 as 9) and bounded in `number_value`, so no answer makes the judge compute a
+# huge power.
+_NUMBER = r"""
+    (?P<sign>[-+\u2212])?\$?
+    (?:
+        \\d?frac\{(?P<numerator>\d+)\}\{(?P<denominator>\d+)\}
+      | (?P<mantissa>(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)
+        (?:
+            /(?P<over>\d+)
+          | [eE](?P<exp10>[-+]?\d+)
+          | \s*(?:\^|\*\*)\s*\{?(?P<power>[-+]?\d+)\}?
+          | \s*(?:[x×*]|\\times|\\cdot)\s*10\s*(?:\^|\*\*)\s*\{?(?P<sci>[-+]?\d+)\}?
+        )?
+    )
+    (?!\w)
+"""
+_NUMBER_TOKEN: Final = re.compile(_NUMBER, re.X)
+# A stated answer may be a list ("1, 5 and 7"): the whole list is the answer.
+_LIST_SEPARATOR = r"\s*(?:,\s*(?:and\s+)?|;\s*|\s+and\s+)"
+_ANY_NUMBER = re.sub(r"\?P<\w+>", "?:", _NUMBER)  # the same, without its named groups
+_STATED_NUMBERS: Final = re.compile(
+    rf"(?:{_ANSWER_IS}|\#\#\#\#\s*|\\boxed\{{\s*)"
+    rf"(?P<answer>{_ANY_NUMBER}(?:{_LIST_SEPARATOR}{_ANY_NUMBER})*)",
+    re.X,
 )
+_MAX_POWER_DIGITS = 100_000  # digits a power may have before it is not compared
 
 
 def normalize(text: str) -> str:
-    """Unicode-folded, lower-case, punctuation removed, single-spaced (SQuAD-style)."""
+    """Unicode-folded, lower-case, punctuation removed (but not a number's minus sign),
+    single-spaced (SQuAD-style)."""
     folded = unicodedata.normalize("NFKC", text).casefold()
-    stripped = "".join(" " if unicodedata.category(ch).startswith("P") else ch for ch in folded)
+    signs = {match.start() for match in _SIGN.finditer(folded)}
+    stripped = "".join(
+        "-" if index in signs else " " if unicodedata.category(ch).startswith("P") else ch
+        for index, ch in enumerate(folded)
+    )
     return _SPACES.sub(" ", stripped).strip()
 
 
@@ -46,26 +90,62 @@ def normalized(candidate: str, reference: str, request: Mapping[str, Any]) -> Ve
 
 
 def choice_letter(text: str) -> str | None:
-    """The multiple-choice letter an answer commits to (the last one stated)."""
-    for pattern in _CHOICE_PATTERNS:
-        found = pattern.findall(text)
-        if found:
-            return str(found[-1]).upper()
-    return None
+    """The multiple-choice letter an answer commits to: the last "answer is X", else the
+    last line that is only a letter; None when it states none clearly."""
+    stated = list(_STATED_LETTER.finditer(text))
+    if stated:
+        groups = stated[-1].groups()
+        return next(letter for letter in groups if letter).upper()
+    lines = _LETTER_LINE.findall(text)
+    return str(lines[-1]) if lines else None
 
 
-def final_number(text: str) -> str | None:
-    """The final numeric answer an answer states ("the answer is 42", "#### 42",
-    "\\boxed{42}"), normalised (thousands separators, trailing zeros)."""
-    found = _FINAL_NUMBER.findall(text)
-    if not found:
-        return None
-    raw = found[-1].replace(",", "")
+def number_value(token: re.Match[str]) -> Fraction | None:
+    """The exact value of one `_NUMBER_TOKEN` match; None when it cannot be computed."""
+    parts = token.groupdict()
+    value: Fraction | None
     try:
-        value = float(raw)
-    except ValueError:
+        if parts["numerator"] is not None:
+            value = Fraction(int(parts["numerator"]), int(parts["denominator"]))
+        else:
+            value = _mantissa_value(parts)
+    except (ValueError, ZeroDivisionError):  # 1/0, or more digits than int() accepts
         return None
-    return str(int(value)) if value.is_integer() else repr(value)
+    if value is None:
+        return None
+    return -value if parts["sign"] in ("-", "\u2212") else value
+
+
+def _mantissa_value(parts: dict[str, str | None]) -> Fraction | None:
+    mantissa = str(parts["mantissa"]).replace(",", "")
+    value = Fraction(mantissa)
+    if parts["over"] is not None:
+        return value / int(parts["over"])
+    exponent = parts["exp10"] or parts["sci"]
+    if exponent is not None:
+        return _power(Fraction(10), int(exponent), 1, value)
+    if parts["power"] is not None:
+        return _power(value, int(parts["power"]), len(mantissa), Fraction(1))
+    return value
+
+
+def _power(base: Fraction, exponent: int, base_digits: int, factor: Fraction) -> Fraction | None:
+    """factor * base ** exponent, or None when the result would be too large to compare."""
+    if abs(exponent) * base_digits > _MAX_POWER_DIGITS:
+        return None
+    return factor * base**exponent
+
+
+def final_numbers(text: str) -> tuple[Fraction, ...] | None:
+    """The final answer's numbers, exact ("the answer is 42", "#### 3/4", "\\boxed{2^{10}}",
+    "the answer is 1, 5 and 7"); None when the text states no numeric answer."""
+    stated = list(_STATED_NUMBERS.finditer(text))
+    if not stated:
+        return None
+    values = [number_value(token) for token in _NUMBER_TOKEN.finditer(stated[-1]["answer"])]
+    if not values or any(value is None for value in values):
+        return None
+    return tuple(value for value in values if value is not None)
 
 
 def choice(candidate: str, reference: str, request: Mapping[str, Any]) -> Verdict:
@@ -74,8 +154,8 @@ def choice(candidate: str, reference: str, request: Mapping[str, Any]) -> Verdic
 
 
 def number(candidate: str, reference: str, request: Mapping[str, Any]) -> Verdict:
-    expected = final_number(reference)
-    return None if expected is None else final_number(candidate) == expected
+    expected = final_numbers(reference)
+    return None if expected is None else final_numbers(candidate) == expected
 
 
 JUDGES: Final[dict[str, JudgeFn]] = {
@@ -88,14 +168,26 @@ JUDGES: Final[dict[str, JudgeFn]] = {
 ANSWER_LEVEL: Final = frozenset({"choice", "number"})
 
 
+def decides_stochastic(name: str) -> bool:
+    """Whether judge `name` is consulted on a pair decoded stochastically: answer-level
+    built-ins and plug-ins (which know what they compare), not the text judges."""
+    return name in ANSWER_LEVEL or name not in JUDGES
+
+
 def resolve(name: str) -> JudgeFn:
-    """A built-in judge by name, or a plug-in given as `module:function`."""
+    """A built-in judge by name, or a plug-in given as `module:function`; ValueError, with
+    the reason, for anything else."""
     if name in JUDGES:
         return JUDGES[name]
     module, sep, attr = name.partition(":")
-    if not sep:
-        raise ValueError(f"unknown judge {name!r}: use {sorted(JUDGES)} or module:function")
-    function = getattr(importlib.import_module(module), attr)
+    if not sep or not module or not attr:
+        raise ValueError(f"unknown judge {name!r}: use one of {sorted(JUDGES)} or module:function")
+    try:
+        function = getattr(importlib.import_module(module), attr)
+    except AttributeError:
+        raise ValueError(f"judge {name!r}: {module!r} has no {attr!r}") from None
+    except Exception as exc:  # any failure while importing a plug-in is a config error
+        raise ValueError(f"judge {name!r}: cannot import {module!r} ({exc})") from None
     if not callable(function):
         raise ValueError(f"judge {name!r} is not callable")
     return function  # type: ignore[no-any-return]
@@ -117,11 +209,11 @@ def judge(
 ) -> Judgement | None:
     """The first applicable judge's verdict, in `order`; None when none applies.
 
-    With stochastic decoding only answer-level judges (and plug-ins, which know what they
-    compare) are consulted: differing wording is then not evidence of inadequacy.
+    With stochastic decoding only judges that `decides_stochastic` are consulted: differing
+    wording is then not evidence of inadequacy.
     """
     for name in order:
-        if not deterministic and name in JUDGES and name not in ANSWER_LEVEL:
+        if not deterministic and not decides_stochastic(name):
             continue
         verdict = resolve(name)(candidate, reference, request)
         if verdict is not None:
@@ -134,8 +226,10 @@ __all__ = [
     "JUDGES",
     "Judgement",
     "choice_letter",
-    "final_number",
+    "decides_stochastic",
+    "final_numbers",
     "judge",
     "normalize",
+    "number_value",
     "resolve",
 ]

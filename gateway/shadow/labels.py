@@ -18,7 +18,8 @@ import orjson
 
 
 class LabelLog:
-    """Appends lines to `path`; past `max_bytes` it rotates to path.1 ... path.N."""
+    """Appends lines to `path`; past `max_bytes` it rotates to path.1 ... path.N (with no
+    backups, it truncates `path`)."""
 
     def __init__(self, path: Path, max_bytes: int = 64 * 1024 * 1024, backups: int = 3) -> None:
         self.path = path
@@ -58,6 +59,9 @@ class LabelLog:
             target = self.path.with_name(f"{self.path.name}.{index}")
             if source.exists():
                 source.replace(target)
+        if self.backups == 0:
+            # Nowhere to move the full file to: start it again, or it would grow without bound.
+            self.path.open("wb").close()
 
     def close(self) -> None:
         with self._lock:

@@ -75,6 +75,12 @@ def refit(
     return TierCalibration().fit(np.concatenate(rows_score), np.vstack(rows_target))
 
 
+def needs_refit(held: int, arrived: int, arrived_at_refit: int | None, min_labels: int) -> bool:
+    """Whether a tenant holding `held` labels, `arrived` received in all, is due a refit:
+    enough labels to fit, and some arrived since the last refit."""
+    return held >= min(10, min_labels) and arrived != arrived_at_refit
+
+
 class Recalibrator:
     """LabelSink for the shadow sampler; refits per tenant on a timer."""
 
@@ -93,6 +99,9 @@ class Recalibrator:
         self.min_labels = min_labels
         self.prior_weight = prior_weight
         self._labels: dict[str, deque[ScoredLabel]] = {}
+        # Labels received per tenant, ever, and that count at its last refit: the window's
+        # length stops growing once it is full, so it cannot say whether labels arrived.
+        self._arrived: dict[str, int] = {}
         self._fitted_at: dict[str, int] = {}
         self.models: dict[str, RouterModel] = {}  # the current recalibrated model per tenant
         self.refits = 0
@@ -107,6 +116,7 @@ class Recalibrator:
         else:
             self.models.clear()
             self._labels.clear()
+            self._arrived.clear()
             self._fitted_at.clear()
         self.policy = policy
 
@@ -117,20 +127,21 @@ class Recalibrator:
         if labels is None:
             labels = self._labels[tenant] = deque(maxlen=self.window)
         labels.append(ScoredLabel(exchange.score, tier, adequate))
+        self._arrived[tenant] = self._arrived.get(tenant, 0) + 1
 
     def recalibrate_all(self) -> list[str]:
         """Refits every tenant with enough new labels; returns the tenants refitted."""
         done = []
         for tenant, labels in list(self._labels.items()):
-            total = len(labels)
-            if total < min(10, self.min_labels) or total == self._fitted_at.get(tenant):
+            arrived = self._arrived.get(tenant, 0)
+            if not needs_refit(len(labels), arrived, self._fitted_at.get(tenant), self.min_labels):
                 continue
             try:
                 self._refit(tenant, list(labels))
             except ValueError as exc:  # e.g. degenerate labels: keep the current model
                 log.warning("recalibration of %s skipped: %s", tenant, exc)
                 continue
-            self._fitted_at[tenant] = total
+            self._fitted_at[tenant] = arrived
             done.append(tenant)
         return done
 
@@ -156,4 +167,4 @@ class Recalibrator:
         )
 
 
-__all__ = ["Recalibrator", "ScoredLabel", "label_matrix", "refit"]
+__all__ = ["Recalibrator", "ScoredLabel", "label_matrix", "needs_refit", "refit"]

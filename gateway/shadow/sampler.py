@@ -2,10 +2,12 @@
 critical path, and turns the comparison into adequacy labels.
 
 On the request path it only decides to capture (a random draw against the tenant's rate)
-and, once the client's response is complete, puts the exchange on a bounded queue. Workers
-(at most `max_concurrency`) replay it on the top tier unless that tier is saturated or the
-shadow budget (a share of the top tier's request slots) is spent, judge the two answers,
-and hand the label to the label log, the calibration monitor and the recalibrator.
+and, once the client's response is complete, puts the exchange on a bounded queue. At most
+`max_concurrency` evaluations run at once; each replays the request on the top tier unless
+that tier is saturated or the shadow budget (a share of the top tier's request slots, for
+all replays together) is spent, judges the two answers, and hands the label to the label
+log, the calibration monitor and the recalibrator. Replays stay within the tenant's
+`allowed_tiers`. The bounds are read from the current settings, so a reload applies them.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from gateway.backends.tier import TierBackend
 from gateway.config import Settings
 from gateway.metrics import GatewayMetrics
 from gateway.observer.completions import completion_texts
-from gateway.shadow.judges import judge
+from gateway.shadow.judges import decides_stochastic, judge
 from gateway.shadow.labels import LabelLog
 from gateway.shadow.monitor import CalibrationMonitor, Label
 from gateway.stats import CompletedExchange
@@ -34,6 +36,20 @@ from gateway.stats import CompletedExchange
 log = logging.getLogger("tiergate.shadow")
 
 _MAX_REPLY_BYTES = 16 * 1024 * 1024
+# The request fields the router's features read (router_models/request.py, view_request):
+# a label line keeps all of them, so a model trained on the log sees what serving shows it,
+# and nothing else (no user ids, no metadata).
+FEATURE_FIELDS = (
+    "messages",
+    "prompt",
+    "tools",
+    "functions",
+    "response_format",
+    "max_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "n",
+)
 
 
 class LabelSink(Protocol):
@@ -48,6 +64,55 @@ def is_deterministic(request: dict[str, Any]) -> bool:
     """Greedy or seeded decoding: the same precision would reproduce the same text."""
     temperature = request.get("temperature")
     return temperature == 0 or request.get("seed") is not None
+
+
+def kept_request(request: dict[str, Any]) -> dict[str, Any]:
+    """The part of a request body a label line keeps when the tenant allows text."""
+    kept = {field: request[field] for field in FEATURE_FIELDS if field in request}
+    if "messages" not in kept and "prompt" not in kept:
+        kept["prompt"] = None  # a line always says what it holds
+    return kept
+
+
+def allowed_indices(allowed: Sequence[str] | None, names: Sequence[str]) -> frozenset[int]:
+    """Ladder indices of a tenant's allowed tiers (all of them when it sets none)."""
+    if allowed is None:
+        return frozenset(range(len(names)))
+    return frozenset(index for index, name in enumerate(names) if name in allowed)
+
+
+def pick_below(limit: int, allowed: frozenset[int], draw: float) -> int | None:
+    """A tier below `limit` the tenant may use, chosen by `draw` in [0, 1); None if none."""
+    candidates = sorted(index for index in allowed if index < limit)
+    if not candidates:
+        return None
+    return candidates[min(int(draw * len(candidates)), len(candidates) - 1)]
+
+
+def replay_budget(budget_share: float, top_tier_slots: int) -> int:
+    """Replays that may be in flight: a share of the top tier's slots, at least one unless
+    the share is 0 (which turns replays off)."""
+    if budget_share <= 0:
+        return 0
+    return max(1, int(budget_share * top_tier_slots))
+
+
+def skip_reason(
+    *,
+    deterministic: bool,
+    judges: Sequence[str],
+    target_busy: bool,
+    inflight: int,
+    budget: int,
+) -> str | None:
+    """Why a replay must not run now; None when it may."""
+    if not deterministic and not any(decides_stochastic(name) for name in judges):
+        return "not_deterministic"  # no configured judge could read the pair
+    if target_busy:
+        return "skipped_saturated"  # shadow traffic never competes with a full tier
+    if inflight >= budget:
+        return "skipped_budget"
+    return None
 
 
 class ShadowSampler:
@@ -100,6 +165,10 @@ class ShadowSampler:
             for tenant in settings.tenants
         }
         self.names = [tier.name for tier in settings.tiers]
+        self.allowed = {
+            tenant.name: allowed_indices(tenant.allowed_tiers, self.names)
+            for tenant in settings.tenants
+        }
         self.monitor = getattr(self, "monitor", None) or CalibrationMonitor(
             shadow.window, shadow.drift_margin, shadow.min_labels
         )
@@ -114,13 +183,30 @@ class ShadowSampler:
     # -- ExchangeListener: cheap, never raises --------------------------------------------
     def wants_capture(self, tenant: str, tier: int) -> bool:
         rate = self.rates.get(tenant, 0.0)
-        if rate <= 0:
+        if rate <= 0 or self.settings.budget_share <= 0:
             return False
-        if tier >= len(self.names) - 1:
+        top = len(self.names) - 1
+        if tier >= top:
             # The top tier's answer is itself the reference: explore a cheaper tier on it.
             explore = self.settings.explore_rate
-            return explore > 0 and self.rng() < explore
-        return self.rng() < rate
+            wanted = explore > 0 and self.rng() < explore
+        else:
+            wanted = self.rng() < rate
+        # Capturing what cannot be replayed would only take queue places.
+        if wanted and self._unreplayable(tenant, tier):
+            self._count_for(tenant, tier, "skipped_tier_not_allowed")
+            return False
+        return wanted
+
+    def _unreplayable(self, tenant: str, tier: int) -> bool:
+        """Whether the tenant's allowed tiers rule a replay of a request served at `tier`
+        out: the reference (the top tier) must be allowed, and a top-tier answer needs an
+        allowed cheaper tier to explore."""
+        top = len(self.names) - 1
+        allowed = self.allowed.get(tenant, frozenset(range(top + 1)))
+        if top not in allowed:
+            return True
+        return tier >= top and pick_below(top, allowed, 0.0) is None
 
     def upstream_started(self, tier: str, tenant: str) -> None:
         return
@@ -131,26 +217,40 @@ class ShadowSampler:
     def exchange_done(self, exchange: CompletedExchange) -> None:
         if self._queue is None:
             return
-        try:
-            self._queue.put_nowait(exchange)
-        except asyncio.QueueFull:
+        # Bounded here, by the current settings, so that a reload can change the bound.
+        if self._queue.qsize() >= self.settings.queue_size:
             self._count(exchange, "skipped_budget")
+            return
+        self._queue.put_nowait(exchange)
 
     # -- background ------------------------------------------------------------------------
     def start(self) -> list[asyncio.Task[None]]:
-        self._queue = asyncio.Queue(self.settings.queue_size)
-        loop = asyncio.get_running_loop()
-        return [loop.create_task(self._worker()) for _ in range(self.settings.max_concurrency)]
+        self._queue = asyncio.Queue()  # unbounded: exchange_done applies `queue_size`
+        return [asyncio.get_running_loop().create_task(self._dispatch(self._queue))]
 
-    async def _worker(self) -> None:
-        assert self._queue is not None
-        while True:
-            exchange = await self._queue.get()
-            try:
-                await self.evaluate(exchange)
-            except Exception:  # one bad sample must not stop the worker
-                log.exception("shadow evaluation failed")
-                self._count(exchange, "failed")
+    async def _dispatch(self, queue: asyncio.Queue[CompletedExchange]) -> None:
+        """Evaluates queued exchanges, at most `max_concurrency` at a time (read before each
+        one starts, so a reload applies it); cancelling it cancels them."""
+        running: set[asyncio.Task[None]] = set()
+        try:
+            while True:
+                while len(running) >= self.settings.max_concurrency:
+                    await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                exchange = await queue.get()
+                task = asyncio.create_task(self._evaluate_logged(exchange))
+                running.add(task)
+                task.add_done_callback(running.discard)
+        finally:
+            for task in running:
+                task.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
+
+    async def _evaluate_logged(self, exchange: CompletedExchange) -> None:
+        try:
+            await self.evaluate(exchange)
+        except Exception:  # one bad sample must not stop shadow evaluation
+            log.exception("shadow evaluation failed")
+            self._count(exchange, "failed")
 
     async def evaluate(self, exchange: CompletedExchange) -> bool | None:
         """Labels one exchange; returns the verdict for the served (or explored) tier.
@@ -170,8 +270,14 @@ class ShadowSampler:
         if served is None:
             self._count(exchange, "failed")
             return None
+        # Checked again here: a reload may have changed the tenant's tiers since capture.
+        if self._unreplayable(exchange.tenant, exchange.tier_index):
+            self._count(exchange, "skipped_tier_not_allowed")
+            return None
+        allowed = self.allowed.get(exchange.tenant, frozenset(range(top + 1)))
         if exchange.tier_index >= top:
-            below = int(self.rng() * top)
+            below = pick_below(top, allowed, self.rng())
+            assert below is not None  # _unreplayable said there is one
             candidate = await self._fetch(tiers[below], exchange, below, deterministic)
             if candidate is None:
                 return None
@@ -182,17 +288,25 @@ class ShadowSampler:
         verdict = self._judge(exchange, exchange.tier_index, served, reference, deterministic)
         explore = self.settings.explore_rate
         if exchange.tier_index > 0 and explore > 0 and self.rng() < explore:
-            below = int(self.rng() * exchange.tier_index)
-            candidate = await self._fetch(tiers[below], exchange, below, deterministic)
-            if candidate is not None:
-                self._judge(exchange, below, candidate, reference, deterministic)
+            below = pick_below(exchange.tier_index, allowed, self.rng())
+            if below is not None:
+                candidate = await self._fetch(tiers[below], exchange, below, deterministic)
+                if candidate is not None:
+                    self._judge(exchange, below, candidate, reference, deterministic)
         return verdict
 
     async def _fetch(
         self, target: TierBackend, exchange: CompletedExchange, labelled: int, deterministic: bool
     ) -> str | None:
         """The answer of `target` to the exchange's request; None (counted) when skipped."""
-        skip = self._skip_reason(target, deterministic=deterministic)
+        top_tier_slots = sum(state.max_inflight for state in self.tiers()[-1].endpoints)
+        skip = skip_reason(
+            deterministic=deterministic,
+            judges=self.settings.judges,
+            target_busy=target.saturated or bool(target.queued),
+            inflight=self.inflight,
+            budget=replay_budget(self.settings.budget_share, top_tier_slots),
+        )
         text = None if skip else await self._replay(target, exchange)
         if text is None:
             self._count(exchange, skip or "failed", labelled)
@@ -218,18 +332,6 @@ class ShadowSampler:
             return None
         self._record(exchange, labelled, verdict.adequate, verdict.judge)
         return verdict.adequate
-
-    def _skip_reason(self, target: TierBackend, *, deterministic: bool) -> str | None:
-        if not deterministic and not any(
-            name in ("choice", "number") for name in self.settings.judges
-        ):
-            return "not_deterministic"
-        if target.saturated or target.queued:
-            return "skipped_saturated"  # shadow traffic never competes with a full tier
-        capacity = sum(state.max_inflight for state in target.endpoints)
-        if self.inflight >= max(1, int(self.settings.budget_share * capacity)):
-            return "skipped_budget"
-        return None
 
     async def _replay(self, target: TierBackend, exchange: CompletedExchange) -> str | None:
         endpoint = target.pick()
@@ -309,10 +411,7 @@ class ShadowSampler:
         }
         request = exchange.request
         if self.keep_text.get(exchange.tenant, False):
-            if "messages" in request:
-                line["request"] = {"messages": request["messages"]}
-            else:
-                line["request"] = {"prompt": request.get("prompt")}
+            line["request"] = kept_request(request)
         elif self.features is not None:
             line["features"] = self.features(request)
         return line
@@ -334,6 +433,11 @@ class ShadowSampler:
         tier = self.names[index] if index < len(self.names) else exchange.tier
         self.metrics.shadow_requests.labels(exchange.tenant, tier, outcome).inc()
 
+    def _count_for(self, tenant: str, tier: int, outcome: str) -> None:
+        """`_count` before there is an exchange (at capture)."""
+        if tier < len(self.names):
+            self.metrics.shadow_requests.labels(tenant, self.names[tier], outcome).inc()
+
     def view(self) -> dict[str, Any]:
         """Per tenant and tier: labels, predicted and observed adequacy, ECE, drift."""
         out: dict[str, Any] = {}
@@ -354,4 +458,14 @@ class ShadowSampler:
                 self._log.close()
 
 
-__all__ = ["LabelSink", "ShadowSampler", "is_deterministic"]
+__all__ = [
+    "FEATURE_FIELDS",
+    "LabelSink",
+    "ShadowSampler",
+    "allowed_indices",
+    "is_deterministic",
+    "kept_request",
+    "pick_below",
+    "replay_budget",
+    "skip_reason",
+]

@@ -1,11 +1,22 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from gateway.shadow.judges import choice_letter, final_number, judge, normalize, resolve
+from gateway.config import ConfigError, default_settings, parse_settings
+from gateway.shadow.judges import (
+    Verdict,
+    choice_letter,
+    final_numbers,
+    judge,
+    normalize,
+    resolve,
+)
 from gateway.shadow.labels import LabelLog
 
 ORDER = ["choice", "number", "normalized"]
@@ -26,17 +37,131 @@ def test_choice_letter(text: str, letter: str | None) -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "value"),
+    ("text", "letter"),
     [
-        ("so the answer is 1,000 apples", "1000"),
-        ("#### 2.50", "2.5"),
-        ("\\boxed{-3} then answer: 7.0", "7"),
-        ("x * 2 and 7 more", None),
-        ("none", None),
+        # After "the answer is", a lower-case "a" is the article, not option A.
+        ("The answer is a total of 45 apples.", None),
+        ("The answer is D, and that answer is a safe bet.", "D"),
+        ("The answer is B. I am sure this answer is a good one.", "B"),
+        ("The answer is I think B", None),  # the pronoun: no clear letter
+        ("The answer is (c), surely", "C"),
+        ("The answer is a.", "A"),
+        ("Answer is: E", "E"),
     ],
 )
-def test_final_number(text: str, value: str | None) -> None:
-    assert final_number(text) == value
+def test_choice_letter_reads_only_clear_letters(text: str, letter: str | None) -> None:
+    assert choice_letter(text) == letter
+
+
+@pytest.mark.parametrize(
+    ("candidate", "reference", "adequate", "by"),
+    [
+        ("The answer is D, and that answer is a safe bet.", "The answer is A.", False, "choice"),
+        (
+            "The answer is B. I am sure this answer is a good one.",
+            "The answer is B.",
+            True,
+            "choice",
+        ),
+    ],
+)
+def test_choice_judge_on_articles_and_restatements(
+    candidate: str, reference: str, adequate: bool, by: str
+) -> None:
+    verdict = judge(candidate, reference, {}, ORDER, deterministic=False)
+    assert verdict is not None and (verdict.adequate, verdict.judge) == (adequate, by)
+
+
+def test_a_reference_without_a_clear_letter_falls_through() -> None:
+    reference = "The answer is a total of 45 apples."
+    assert judge("The answer is A.", reference, {}, ORDER, deterministic=False) is None
+    verdict = judge("The answer is A.", reference, {}, ORDER, deterministic=True)
+    assert verdict is not None and verdict.judge == "normalized" and not verdict.adequate
+
+
+@pytest.mark.parametrize(
+    ("text", "values"),
+    [
+        ("so the answer is 1,000 apples", (1000,)),
+        ("#### 2.50", (Fraction(5, 2),)),
+        ("\\boxed{-3} then answer: 7.0", (7,)),
+        ("x * 2 and 7 more", None),
+        ("none", None),
+        ("The answer is 3/5.", (Fraction(3, 5),)),
+        ("\\boxed{\\frac{3}{4}}", (Fraction(3, 4),)),
+        ("The answer is 1, 5, 7.", (1, 5, 7)),
+        ("The answer is 1, 5 and 7", (1, 5, 7)),
+        ("The answer is 45 apples, 3 more than 42.", (45,)),
+        ("answer: 2^10", (1024,)),
+        ("\\boxed{2^{10}}", (1024,)),
+        ("answer: 1.5e3", (1500,)),
+        ("The answer is 1.5 x 10^6", (1_500_000,)),
+        ("The answer is 12345678901234567891", (12345678901234567891,)),
+        ("The answer is \u22125", (-5,)),
+        ("The answer is 2x + 3", None),  # an expression, not a number
+        ("The answer is 9^999999", None),  # too large to compare
+        ("The answer is 1/0", None),
+    ],
+)
+def test_final_numbers_are_exact(text: str, values: tuple[Fraction, ...] | None) -> None:
+    assert final_numbers(text) == values
+
+
+@pytest.mark.parametrize(
+    ("candidate", "reference"),
+    [
+        ("The answer is 3/5", "The answer is 3/4"),
+        ("The answer is 1, 5, 7", "The answer is 1, 2, 3"),
+        ("The answer is 2^10", "The answer is 2^5"),
+        ("The answer is 1.5e3", "The answer is 1.5e6"),
+        ("The answer is 12345678901234567890", "The answer is 12345678901234567891"),
+        ("The answer is -5", "The answer is 5"),
+    ],
+)
+def test_number_judge_tells_different_answers_apart(candidate: str, reference: str) -> None:
+    verdict = judge(candidate, reference, {}, ORDER, deterministic=False)
+    assert verdict is not None and verdict.judge == "number" and not verdict.adequate
+    same = judge(reference, reference.replace("is", "is:"), {}, ORDER, deterministic=False)
+    assert same is not None and same.adequate
+
+
+def test_normalized_text_keeps_the_minus_sign() -> None:
+    assert normalize("x = -5") == "x = -5" and normalize("-5") == "-5"
+    assert normalize("state-of-the-art, 1-5") == "state of the art 1 5"
+    for candidate, reference in (("-5", "5"), ("x = -5", "x = 5")):
+        verdict = judge(candidate, reference, {}, ORDER, deterministic=True)
+        assert verdict is not None and verdict.judge == "normalized" and not verdict.adequate
+
+
+def same_length(candidate: str, reference: str, request: Mapping[str, Any]) -> Verdict:
+    """A plug-in judge for the tests."""
+    return len(candidate) == len(reference)
+
+
+def test_plugin_judges_decide_stochastic_pairs() -> None:
+    order = [*ORDER, f"{__name__}:same_length"]
+    verdict = judge("hello there", "hi there", {}, order, deterministic=False)
+    assert verdict is not None and verdict.judge == order[-1] and not verdict.adequate
+
+
+@pytest.mark.parametrize(
+    ("judges", "message"),
+    [
+        (["choise"], "unknown judge 'choise'"),
+        (["no_such_module_xyz:judge"], "cannot import 'no_such_module_xyz'"),
+        (["os.path:no_such_function"], "has no 'no_such_function'"),
+        (["os:sep"], "is not callable"),
+    ],
+)
+def test_unknown_judges_are_refused_when_the_config_is_parsed(
+    judges: list[str], message: str
+) -> None:
+    data = default_settings().model_dump(mode="json")
+    data["shadow"]["judges"] = judges
+    with pytest.raises(ConfigError, match=f"shadow.judges: .*{message}"):
+        parse_settings(data)
+    data["shadow"]["judges"] = ["choice", f"{__name__}:same_length"]
+    assert parse_settings(data).shadow.judges == data["shadow"]["judges"]
 
 
 def test_judge_order_and_applicability() -> None:
@@ -76,3 +201,14 @@ def test_label_log_rotates_and_keeps_the_format(tmp_path: Path) -> None:
     assert all(p.stat().st_size <= 400 for p in tmp_path.iterdir())
     last = [json.loads(line) for line in (tmp_path / "labels.jsonl").read_text().splitlines()]
     assert last[-1]["id"] == "19" and last[-1]["correct"] == {"nvfp4": 1, "bf16": 1}
+
+
+def test_label_log_without_backups_truncates_instead_of_growing(tmp_path: Path) -> None:
+    path = tmp_path / "labels.jsonl"
+    log = LabelLog(path, max_bytes=4096, backups=0)
+    for i in range(1000):
+        log.append({"id": str(i), "correct": {"nvfp4": 1, "bf16": 1}})
+    log.close()
+    assert [p.name for p in tmp_path.iterdir()] == ["labels.jsonl"]
+    assert 0 < path.stat().st_size <= 4096
+    assert json.loads(path.read_text().splitlines()[-1])["id"] == "999"

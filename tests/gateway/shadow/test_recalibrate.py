@@ -1,10 +1,22 @@
-"""Online recalibration's pure pieces: ladder-filled labels and the prior-weighted refit."""
+"""Online recalibration: per-tier labels, the prior-weighted refit, and when to refit."""
 
 from __future__ import annotations
 
 import numpy as np
+from prometheus_client import CollectorRegistry
 
-from gateway.shadow.recalibrate import ScoredLabel, label_matrix, refit
+from gateway.config import default_settings
+from gateway.metrics import GatewayMetrics
+from gateway.routing.factory import build_policy
+from gateway.routing.router import RouterPolicy
+from gateway.shadow.recalibrate import (
+    Recalibrator,
+    ScoredLabel,
+    label_matrix,
+    needs_refit,
+    refit,
+)
+from gateway.stats import CompletedExchange
 
 
 def test_each_label_marks_only_its_own_tier() -> None:
@@ -38,3 +50,41 @@ def test_refit_probabilities_are_monotone_along_the_ladder() -> None:
     proba = calibration.predict_proba(np.linspace(-1, 2, 50))
     assert np.all(np.diff(proba, axis=1) >= -1e-12)
     assert np.all((proba >= 0) & (proba <= 1))
+
+
+def scored_exchange(score: float) -> CompletedExchange:
+    return CompletedExchange(
+        tenant="default",
+        kind="chat",
+        tier="nvfp4",
+        tier_index=0,
+        request={},
+        body=b"",
+        probability=None,
+        probabilities=None,
+        reason="test",
+        score=score,
+    )
+
+
+def test_refits_keep_coming_once_the_label_window_is_full() -> None:
+    policy = build_policy(default_settings())
+    assert isinstance(policy, RouterPolicy)
+    metrics = GatewayMetrics(CollectorRegistry())
+    recalibrator = Recalibrator(policy, metrics, window=10, min_labels=10, prior_weight=0)
+    scores = np.linspace(0.0, 1.0, 10)
+    for score in scores:
+        recalibrator.label("default", 0, scored_exchange(float(score)), adequate=True)
+    assert recalibrator.recalibrate_all() == ["default"]
+    assert recalibrator.recalibrate_all() == []  # nothing new: no refit
+    for score in scores:  # the window is full: these replace the first ten
+        recalibrator.label("default", 0, scored_exchange(float(score)), adequate=False)
+    assert recalibrator.recalibrate_all() == ["default"]
+    assert recalibrator.refits == 2
+
+
+def test_needs_refit_counts_arrivals_not_the_window() -> None:
+    assert not needs_refit(held=5, arrived=5, arrived_at_refit=None, min_labels=50)
+    assert needs_refit(held=10, arrived=10, arrived_at_refit=None, min_labels=50)
+    assert not needs_refit(held=10, arrived=10, arrived_at_refit=10, min_labels=10)
+    assert needs_refit(held=10, arrived=20, arrived_at_refit=10, min_labels=10)

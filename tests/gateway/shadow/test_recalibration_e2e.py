@@ -78,7 +78,7 @@ def settled(gw: GatewayThread) -> None:
         idle = queue is not None and queue.empty() and shadow.inflight == 0
         idle_since = (idle_since or time.monotonic()) if idle else None
         recalibrator = gw.app.recalibrator
-        labels = len(recalibrator._labels.get("team", ())) if recalibrator else 0
+        labels = recalibrator._arrived.get("team", 0) if recalibrator else 0
         fitted = recalibrator._fitted_at.get("team") if recalibrator else None
         if idle_since and time.monotonic() - idle_since > 1.0 and labels and fitted == labels:
             return

@@ -1,0 +1,185 @@
+"""The sampler's replay rules without upstreams: allowed tiers, budget, bounds, log lines."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+import pytest
+from prometheus_client import CollectorRegistry
+
+from gateway.backends.tier import TierBackend, build_tiers
+from gateway.config import Settings, default_settings, parse_settings
+from gateway.metrics import GatewayMetrics
+from gateway.shadow.sampler import (
+    ShadowSampler,
+    kept_request,
+    pick_below,
+    replay_budget,
+    skip_reason,
+)
+from gateway.stats import CompletedExchange
+from router_models.features import named_dense_features
+
+TIERS = ("nvfp4", "w4a16", "bf16")
+
+
+def settings(*, shadow: dict[str, Any] | None = None, **tenant: Any) -> Settings:
+    data = default_settings().model_dump(mode="json")
+    data["shadow"] = {"rate": 1.0, "explore_rate": 1.0, "assume_deterministic": True} | (
+        shadow or {}
+    )
+    data["tenants"][0] |= tenant
+    for tier, slots in zip(data["tiers"], (1000, 1000, 10), strict=True):
+        tier["max_inflight_per_endpoint"] = slots  # the top tier has the fewest slots
+    return parse_settings(data)
+
+
+def exchange(tier: int, request: dict[str, Any] | None = None) -> CompletedExchange:
+    body = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}}]}
+    return CompletedExchange(
+        tenant="default",
+        kind="chat",
+        tier=TIERS[tier],
+        tier_index=tier,
+        request=request or {"messages": [{"role": "user", "content": "hi"}]},
+        body=orjson.dumps(body),
+        probability=None,
+        probabilities=None,
+        reason="test",
+        score=0.5,
+    )
+
+
+class Harness:
+    """A sampler whose replays are recorded instead of sent."""
+
+    def __init__(self, config: Settings, draw: float = 0.0) -> None:
+        self.registry = CollectorRegistry()
+        self.tiers = build_tiers(config)
+        self.sampler = ShadowSampler(
+            config,
+            GatewayMetrics(self.registry),
+            lambda: self.tiers,
+            rng=lambda: draw,
+            features=named_dense_features,
+        )
+        self.replayed: list[str] = []
+        self.sampler._replay = self._replay  # type: ignore[method-assign]
+
+    async def _replay(self, target: TierBackend, exchange: CompletedExchange) -> str | None:
+        self.replayed.append(target.name)
+        return "ok"
+
+    def evaluate(self, served: CompletedExchange) -> bool | None:
+        return asyncio.run(self.sampler.evaluate(served))
+
+    def count(self, tier: str, outcome: str) -> float:
+        labels = {"tenant": "default", "tier": tier, "outcome": outcome}
+        return self.registry.get_sample_value("tiergate_shadow_requests_total", labels) or 0.0
+
+
+@pytest.mark.parametrize("draw", [0.0, 0.99])
+def test_exploration_stays_within_the_allowed_tiers(draw: float) -> None:
+    harness = Harness(settings(allowed_tiers=["w4a16", "bf16"]), draw)
+    assert harness.evaluate(exchange(2)) is True  # a top-tier answer explores w4a16 only
+    assert harness.evaluate(exchange(1)) is True  # reference bf16; nvfp4 is not explored
+    assert harness.replayed == ["w4a16", "bf16"]
+
+
+def test_no_replay_when_the_reference_tier_is_not_allowed() -> None:
+    harness = Harness(settings(allowed_tiers=["nvfp4", "w4a16"]))
+    assert not harness.sampler.wants_capture("default", 0)
+    assert harness.count("nvfp4", "skipped_tier_not_allowed") == 1
+    assert harness.evaluate(exchange(1)) is None  # captured before a reload, say
+    assert harness.replayed == []
+    assert harness.count("w4a16", "skipped_tier_not_allowed") == 1
+
+
+def test_pick_below_draws_among_allowed_tiers_only() -> None:
+    assert pick_below(2, frozenset({0, 1, 2}), 0.6) == 1
+    assert pick_below(2, frozenset({1, 2}), 0.0) == 1
+    assert pick_below(1, frozenset({1, 2}), 0.5) is None
+    assert pick_below(3, frozenset({0, 2}), 0.999) == 2
+
+
+def test_a_zero_budget_share_means_no_replays() -> None:
+    assert replay_budget(0.0, 512) == 0
+    assert replay_budget(0.1, 4) == 1  # a positive share allows at least one
+    assert replay_budget(0.1, 512) == 51
+    harness = Harness(settings(shadow={"budget_share": 0.0}))
+    assert not harness.sampler.wants_capture("default", 0)
+    assert harness.evaluate(exchange(0)) is None
+    assert harness.replayed == [] and harness.count("nvfp4", "skipped_budget") == 1
+
+
+def test_the_budget_is_a_share_of_the_top_tiers_slots() -> None:
+    # 10% of bf16's 10 slots is one replay, although nvfp4 has 1000 slots.
+    harness = Harness(settings(shadow={"budget_share": 0.1}))
+    harness.sampler.inflight = 1
+    assert harness.evaluate(exchange(2)) is None
+    assert harness.replayed == [] and harness.count("nvfp4", "skipped_budget") == 1
+
+
+def test_plugin_judges_let_stochastic_pairs_be_replayed() -> None:
+    common: dict[str, Any] = {"target_busy": False, "inflight": 0, "budget": 1}
+    judges = ["normalized", "os.path:samefile"]
+    assert skip_reason(deterministic=False, judges=judges, **common) is None
+    assert skip_reason(deterministic=False, judges=["normalized"], **common) == "not_deterministic"
+
+
+def test_a_reload_applies_new_queue_and_concurrency_bounds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    harness = Harness(settings(shadow={"max_concurrency": 1, "queue_size": 10}))
+    sampler = harness.sampler
+    running: list[CompletedExchange] = []
+    release = asyncio.Event()
+
+    async def evaluate(served: CompletedExchange) -> bool | None:
+        running.append(served)
+        await release.wait()
+        return True
+
+    monkeypatch.setattr(sampler, "evaluate", evaluate)
+
+    async def scenario() -> None:
+        tasks = sampler.start()
+        for _ in range(4):
+            sampler.exchange_done(exchange(0))
+        await asyncio.sleep(0.01)
+        assert len(running) == 1  # max_concurrency 1
+        sampler.configure(settings(shadow={"max_concurrency": 3, "queue_size": 3}), None)
+        sampler.exchange_done(exchange(0))  # 3 waiting: the new queue_size refuses it
+        release.set()
+        await asyncio.sleep(0.01)
+        assert len(running) == 4  # the other three ran together, under the new bound
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    asyncio.run(scenario())
+    assert harness.count("nvfp4", "skipped_budget") == 1
+
+
+def test_kept_text_lines_keep_every_field_the_features_read() -> None:
+    request = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "Return JSON for 2+2."}],
+        "tools": [{"type": "function", "function": {"name": "add"}}],
+        "response_format": {"type": "json_object"},
+        "max_completion_tokens": 64,
+        "temperature": 0.7,
+        "n": 2,
+        "user": "alice@example.com",
+        "metadata": {"secret": "x"},
+    }
+    kept = kept_request(request)
+    assert named_dense_features(kept) == named_dense_features(request)
+    assert "user" not in kept and "metadata" not in kept and "model" not in kept
+    assert kept_request({"prompt": "hi", "max_tokens": 5}) == {"prompt": "hi", "max_tokens": 5}
+
+    harness = Harness(settings(shadow_keep_text=True))
+    line = harness.sampler._line(exchange(0, request), "nvfp4", True, "exact", None)
+    assert line["request"] == kept
