@@ -205,7 +205,12 @@ class Gateway:
             )
             self.shadow.sinks.append(self.recalibrator)
         else:
-            self.recalibrator.attach(policy)
+            self.recalibrator.attach(
+                policy,
+                window=shadow.window,
+                min_labels=shadow.min_labels,
+                prior_weight=shadow.prior_weight,
+            )
 
     async def _recalibrate(self) -> None:
         while True:

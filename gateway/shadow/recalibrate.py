@@ -106,9 +106,18 @@ class Recalibrator:
         self.models: dict[str, RouterModel] = {}  # the current recalibrated model per tenant
         self.refits = 0
 
-    def attach(self, policy: RouterPolicy) -> None:
+    def attach(
+        self,
+        policy: RouterPolicy,
+        *,
+        window: int | None = None,
+        min_labels: int | None = None,
+        prior_weight: float | None = None,
+    ) -> None:
         """Follows a configuration reload: the new policy gets the tenants' refitted models
-        (when the ladder is unchanged), and later refits go to it."""
+        (when the ladder is unchanged), later refits go to it, and new settings apply (the
+        labels kept are the newest that fit the window; changed fit settings refit)."""
+        self._configure(window, min_labels, prior_weight)
         if policy.tier_names == self.policy.tier_names:
             for tenant, model in self.models.items():
                 if tenant in policy.routing:
@@ -119,6 +128,22 @@ class Recalibrator:
             self._arrived.clear()
             self._fitted_at.clear()
         self.policy = policy
+
+    def _configure(
+        self, window: int | None, min_labels: int | None, prior_weight: float | None
+    ) -> None:
+        if window is not None and window != self.window:
+            self.window = window
+            for tenant, labels in self._labels.items():
+                self._labels[tenant] = deque(labels, maxlen=window)
+            self._fitted_at.clear()
+        refit_with = (
+            min_labels if min_labels is not None else self.min_labels,
+            prior_weight if prior_weight is not None else self.prior_weight,
+        )
+        if refit_with != (self.min_labels, self.prior_weight):
+            self.min_labels, self.prior_weight = refit_with
+            self._fitted_at.clear()  # the same labels fit differently now
 
     def label(self, tenant: str, tier: int, exchange: CompletedExchange, adequate: bool) -> None:
         if exchange.score is None:

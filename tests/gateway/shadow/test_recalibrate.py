@@ -88,3 +88,22 @@ def test_needs_refit_counts_arrivals_not_the_window() -> None:
     assert needs_refit(held=10, arrived=10, arrived_at_refit=None, min_labels=50)
     assert not needs_refit(held=10, arrived=10, arrived_at_refit=10, min_labels=10)
     assert needs_refit(held=10, arrived=20, arrived_at_refit=10, min_labels=10)
+
+
+def test_a_reload_applies_new_window_and_fit_settings() -> None:
+    policy = build_policy(default_settings())
+    assert isinstance(policy, RouterPolicy)
+    metrics = GatewayMetrics(CollectorRegistry())
+    recalibrator = Recalibrator(policy, metrics, window=20, min_labels=10, prior_weight=0)
+    for score in np.linspace(0.0, 1.0, 20):
+        recalibrator.label("default", 0, scored_exchange(float(score)), adequate=True)
+    assert recalibrator.recalibrate_all() == ["default"]
+    recalibrator.attach(policy, window=12, min_labels=10, prior_weight=0)
+    assert recalibrator.window == 12
+    assert recalibrator.recalibrate_all() == ["default"]  # refitted on the newest 12
+    assert recalibrator.models["default"].metadata["shadow_labels"] == 12
+    recalibrator.attach(policy, window=12, min_labels=10, prior_weight=5.0)
+    assert recalibrator.prior_weight == 5.0
+    assert recalibrator.recalibrate_all() == ["default"]  # same labels, new prior weight
+    recalibrator.attach(policy, window=12, min_labels=10, prior_weight=5.0)
+    assert recalibrator.recalibrate_all() == []  # nothing changed
