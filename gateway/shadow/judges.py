@@ -59,7 +59,9 @@ _NUMBER = r"""
 """
 _NUMBER_TOKEN: Final = re.compile(_NUMBER, re.X)
 # A stated answer may be a list ("1, 5 and 7"): the whole list is the answer.
-_LIST_SEPARATOR = r"\s*(?:,\s*(?:and\s+)?|;\s*|\s+and\s+)"
+# Every run of spaces has one way to match (no `\s*` before `\s+`): a long run cannot
+# make the search backtrack quadratically.
+_LIST_SEPARATOR = r"(?:\s*[,;]\s*(?:and\s+)?|\s+and\s+)"
 _ANY_NUMBER = re.sub(r"\?P<\w+>", "?:", _NUMBER)  # the same, without its named groups
 _STATED_NUMBERS: Final = re.compile(
     rf"(?:{_ANSWER_IS}|\#\#\#\#\s*|\\boxed\{{\s*)"
@@ -67,6 +69,9 @@ _STATED_NUMBERS: Final = re.compile(
     re.X,
 )
 _MAX_POWER_DIGITS = 100_000  # digits a power may have before it is not compared
+# Answer-level judges read the end of an answer, where it states its result: judging runs on
+# the event loop, and a degenerate answer (a 4-bit tier repeating itself) can be long.
+ANSWER_TAIL_CHARS: Final = 4096
 
 
 def normalize(text: str) -> str:
@@ -92,6 +97,7 @@ def normalized(candidate: str, reference: str, request: Mapping[str, Any]) -> Ve
 def choice_letter(text: str) -> str | None:
     """The multiple-choice letter an answer commits to: the last "answer is X", else the
     last line that is only a letter; None when it states none clearly."""
+    text = text[-ANSWER_TAIL_CHARS:]
     stated = list(_STATED_LETTER.finditer(text))
     if stated:
         groups = stated[-1].groups()
@@ -139,6 +145,7 @@ def _power(base: Fraction, exponent: int, base_digits: int, factor: Fraction) ->
 def final_numbers(text: str) -> tuple[Fraction, ...] | None:
     """The final answer's numbers, exact ("the answer is 42", "#### 3/4", "\\boxed{2^{10}}",
     "the answer is 1, 5 and 7"); None when the text states no numeric answer."""
+    text = text[-ANSWER_TAIL_CHARS:]
     stated = list(_STATED_NUMBERS.finditer(text))
     if not stated:
         return None

@@ -212,3 +212,14 @@ def test_label_log_without_backups_truncates_instead_of_growing(tmp_path: Path) 
     assert [p.name for p in tmp_path.iterdir()] == ["labels.jsonl"]
     assert 0 < path.stat().st_size <= 4096
     assert json.loads(path.read_text().splitlines()[-1])["id"] == "999"
+
+
+def test_answer_level_judges_read_the_end_of_an_answer() -> None:
+    """Judging runs on the event loop: a degenerate answer is read only at its end (where an
+    answer states its result), and runs of spaces cannot make the number search backtrack
+    (50,000 spaces after a number took 8 s before the separator was made unambiguous)."""
+    stated_then_rambling = "The answer is 7. " + "and so on " * 1000
+    assert final_numbers(stated_then_rambling) is None
+    assert choice_letter("The answer is B. " + "blah " * 1000) is None
+    assert final_numbers("blah " * 1000 + "The answer is 1, 5 and 7") == (1, 5, 7)
+    assert final_numbers("The answer is 1" + " " * 4_000 + "and") == (1,)
