@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Final
 import typer
 
 if TYPE_CHECKING:
+    from pydantic import ValidationError
+
     from gateway.planner.params import Settings
     from gateway.planner.planner import Regime, TierConfig, TierPlan
     from gateway.precision import Precision
@@ -136,6 +138,7 @@ def tier_regimes_from_gateway(doc: dict[str, Any]) -> dict[str, GatewayTier]:
     prefers the engine counters (exact, APC on), then the LRU replay; r prefers the live
     spec-decode counters (speculation on), then the replayed r_iid. An optional
     `"current": {"speculative", "prefix_caching"}` tells what the tier runs with now."""
+    from gateway.observer.regime import per_engine_concurrency
     from gateway.planner.planner import Regime, TierConfig
 
     out: dict[str, GatewayTier] = {}
@@ -154,7 +157,13 @@ def tier_regimes_from_gateway(doc: dict[str, Any]) -> dict[str, GatewayTier]:
         rho = tier.get("rho") or {}
         r = tier.get("r") or {}
         lengths = tier.get("lengths") or {}
-        c = _first(conc.get("mean"))
+        # The live planner's rule: in-flight requests per engine, gateway or engine view.
+        endpoints = _first(conc.get("endpoints"))
+        c = per_engine_concurrency(
+            _first(conc.get("mean")),
+            _first(conc.get("engine_mean")),
+            1 if endpoints is None else int(endpoints),
+        )
         if c is None or c <= 0:
             out[str(name)] = GatewayTier(precision, None, "no traffic in the window", current)
             continue
@@ -180,14 +189,26 @@ def tier_regimes_from_gateway(doc: dict[str, Any]) -> dict[str, GatewayTier]:
             concurrency=c,
             rho=min(max(rho_v or 0.0, 0.0), 1.0),
             r=min(max(r_v or 0.0, 0.0), 1.0),
-            l_in=_first(lengths.get("l_in")),
-            l_out=_first(lengths.get("l_out")),
+            # A length of 0 (no completed request) is unmeasured, as in the live planner.
+            l_in=_first(lengths.get("l_in")) or None,
+            l_out=_first(lengths.get("l_out")) or None,
         )
         out[str(name)] = GatewayTier(precision, regime, source, current)
     return out
 
 
+def _one_line(exc: ValidationError, source: Path | None) -> str:
+    """pydantic's multi-line report as one line: each bad field with its message."""
+    problems = "; ".join(
+        f"{'.'.join(str(part) for part in error['loc']) or 'settings'}: {error['msg']}"
+        for error in exc.errors()
+    )
+    return f"{source or 'settings'}: invalid {problems}"
+
+
 def _settings(params: Path | None, hardware: str | None, model: str | None) -> Settings:
+    from pydantic import ValidationError
+
     from gateway.planner.params import settings_from_mapping
     from gateway.planner.presets import hardware_preset, model_preset
 
@@ -202,7 +223,10 @@ def _settings(params: Path | None, hardware: str | None, model: str | None) -> S
         if loaded is not None and not isinstance(loaded, dict):
             raise ValueError(f"{params} is not a YAML mapping")
         data = dict(loaded or {})
-    settings = settings_from_mapping(data)
+    try:
+        settings = settings_from_mapping(data)
+    except ValidationError as exc:
+        raise ValueError(_one_line(exc, params)) from None
     update: dict[str, Any] = {}
     if hardware is not None:
         update["hardware"] = hardware_preset(hardware)
@@ -223,7 +247,16 @@ def _trace_regime(
     model = CostModel.from_settings(settings)
     biggest = max(candidates, key=model.bytes_per_param)
     capacity_tokens = model.kv_capacity_tokens(biggest)
-    doc = compute_trace_regime(trace, capacity_tokens=capacity_tokens)
+    # r is measured with the n-gram settings the tier serves with (c.1), rho with its block
+    # size (chat logs; a Mooncake trace keeps its own hash-block size).
+    doc = compute_trace_regime(
+        trace,
+        capacity_tokens=capacity_tokens,
+        replay_block_tokens=settings.serve.block_size,
+        ngram_min=settings.serve.prompt_lookup_min,
+        ngram_max=settings.serve.prompt_lookup_max,
+        num_spec_tokens=settings.cost.num_speculative_tokens,
+    )
     c = concurrency if concurrency is not None else doc["concurrency"].get("mean")
     if c is None:
         raise ValueError(f"{trace} has no timing ({doc['format']}); pass --concurrency")
@@ -351,7 +384,7 @@ def _gateway_plans(
     q_min: float | None,
     reselect: bool,
 ) -> dict[str, dict[str, Any]]:
-    from gateway.planner.planner import plan_tier
+    from gateway.planner.planner import fixed_precision_settings, plan_tier
 
     doc = fetch_gateway_regime(url, os.environ.get(ADMIN_TOKEN_ENV))
     tiers: dict[str, dict[str, Any]] = {}
@@ -363,8 +396,8 @@ def _gateway_plans(
         now = tier.current or current
         if precision is not None and not reselect:
             # A tier's precision is fixed by the routing ladder: only its toggles are planned,
-            # so the quality floor (a precision filter) does not apply.
-            result = plan_tier(reg, settings, [precision], now, q_min=0.0)
+            # so the precision filters (quality floor, native compute) do not apply.
+            result = plan_tier(reg, fixed_precision_settings(settings), [precision], now)
         else:
             result = plan_tier(reg, settings, candidates, now, q_min=q_min)
         tiers[name] = _plan_doc(name, reg, result, tier.source)

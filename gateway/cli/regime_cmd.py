@@ -27,6 +27,7 @@ def compute_trace_regime(
     *,
     fmt: str | None = None,
     block_tokens: int | None = None,
+    replay_block_tokens: int = 16,
     capacity_blocks: int | None = None,
     capacity_tokens: float | None = None,
     hardware: str = "b200",
@@ -37,9 +38,10 @@ def compute_trace_regime(
     ngram_max: int = 4,
     num_spec_tokens: int = 4,
 ) -> dict[str, Any]:
-    """Reads the trace and returns the `tiergate regime --json` document. The LRU bound is
-    `capacity_blocks`, else `capacity_tokens` in blocks, else the KV capacity of `hardware`
-    at `precision`."""
+    """Reads the trace and returns the `tiergate regime --json` document. Blocks are
+    `block_tokens`, else a Mooncake trace's 512-token hash blocks, else `replay_block_tokens`
+    (the engine's block size). The LRU bound is `capacity_blocks`, else `capacity_tokens` in
+    blocks, else the KV capacity of `hardware` at `precision`."""
     from gateway.observer.offline_regime import ServiceTimeModel, trace_regime
     from gateway.observer.traces import TraceFormat, read_trace
 
@@ -47,7 +49,7 @@ def compute_trace_regime(
         raise ValueError(f"unknown format {fmt!r}; use auto, mooncake, azure or chat")
     kind = None if fmt in (None, "auto") else cast(TraceFormat, fmt)
     trace = read_trace(trace_path, kind)
-    blocks = block_tokens or (512 if trace.format == "mooncake" else 16)
+    blocks = block_tokens or (512 if trace.format == "mooncake" else replay_block_tokens)
     capacity = capacity_blocks
     if capacity is None and capacity_tokens is not None:
         capacity = int(capacity_tokens) // blocks

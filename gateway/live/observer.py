@@ -23,10 +23,22 @@ from gateway.config import Settings
 from gateway.live import upstream
 from gateway.metrics import GatewayMetrics
 from gateway.observer.completions import completion_texts
-from gateway.observer.regime import RegimeReport, RegimeTracker, TrackerConfig
+from gateway.observer.regime import (
+    RegimeReport,
+    RegimeTracker,
+    TrackerConfig,
+    per_engine_concurrency,
+)
 from gateway.observer.vllm_metrics import VllmMetricsSnapshot, parse_vllm_metrics
 from gateway.planner.costmodel import CostModel
-from gateway.planner.planner import Planner, PlannerStep, PlanningError, Regime, TierConfig
+from gateway.planner.planner import (
+    Planner,
+    PlannerStep,
+    PlanningError,
+    Regime,
+    TierConfig,
+    fixed_precision_settings,
+)
 from gateway.precision import Precision
 from gateway.stats import CompletedExchange
 from gateway.tenants.limits import TokenBucket
@@ -98,6 +110,12 @@ def first_prompt(request: dict[str, Any]) -> str | list[int] | None:
     return str(prompt)
 
 
+def serving_endpoints(tier: TierBackend) -> int:
+    """Replicas the tier's traffic is spread over: the healthy ones (all while none is)."""
+    healthy = sum(1 for e in tier.endpoints if e.healthy)
+    return max(1, healthy or len(tier.endpoints))
+
+
 def agreed_flags(seen: Iterable[RunningFlags]) -> RunningFlags:
     """The tier's flags from its endpoints': a flag is known when every endpoint agrees."""
     flags = list(seen)
@@ -113,11 +131,8 @@ def regime_of(report: RegimeReport) -> Regime | None:
     """The planner's input from a report, preferring engine counters where they exist
     (b.1 step 1); None while the tier has seen no traffic."""
     conc = report.concurrency
-    # The gateway's time-weighted mean is exact for its own traffic; the engine's scraped
-    # running + waiting also sees other clients but only at scrape instants. Take the larger.
-    known = [c for c in (conc.mean, conc.engine_mean) if c is not None]
-    c = max(known, default=0.0)
-    if c <= 0:
+    c = per_engine_concurrency(conc.mean, conc.engine_mean, conc.endpoints)
+    if c is None or c <= 0:
         return None
     rho = report.rho.engine if report.rho.engine is not None else report.rho.lru
     r = report.r.r_engine if report.r.r_engine is not None else report.r.r_iid
@@ -189,8 +204,10 @@ class LiveObserver:
         for tier in self.tiers():
             kept = self._states.get(tier.name)
             if kept is not None and kept.tier.settings.precision == tier.settings.precision:
-                urls = set(tier.settings.endpoints)  # replicas removed by the reload are gone
+                # Replicas removed by the reload are gone; URLs as the scraper keys them.
+                urls = {e.url for e in tier.settings.parsed_endpoints}
                 kept.endpoint_flags = {u: f for u, f in kept.endpoint_flags.items() if u in urls}
+                kept.tracker.retain_endpoints(tier.name, urls)
                 if tier.settings.vllm_args is not None:  # the operator says what runs now
                     kept.running = flags_from_args(tier.settings.vllm_args)
                 else:
@@ -221,7 +238,9 @@ class LiveObserver:
             capacity_blocks=int(model.kv_capacity_tokens(precision) // block_size),
             eta=model.eta(precision),
         )
-        state = _TierState(tier, tracker, Planner(planner, candidates=[precision]))
+        # The routing ladder fixes a live tier's precision: only its toggles are planned.
+        toggles_only = Planner(fixed_precision_settings(planner), candidates=[precision])
+        state = _TierState(tier, tracker, toggles_only)
         if tier.settings.vllm_args is not None:
             state.running = flags_from_args(tier.settings.vllm_args)
         return state
@@ -348,8 +367,9 @@ class LiveObserver:
                 except ValueError:
                     continue
                 self._adopt_block_size(state, snapshot)
-                state.tracker.engine_snapshot(name, now, snapshot)
-                state.endpoint_flags[endpoint.endpoint.url] = flags_from_snapshot(snapshot)
+                url = endpoint.endpoint.url
+                state.tracker.engine_snapshot(name, now, snapshot, endpoint=url)
+                state.endpoint_flags[url] = flags_from_snapshot(snapshot)
             if state.tier.settings.vllm_args is None and state.endpoint_flags:
                 state.running = agreed_flags(state.endpoint_flags.values())
 
@@ -362,49 +382,65 @@ class LiveObserver:
             state.tracker = fresh.tracker
 
     def plan_once(self) -> None:
-        """One b.1 evaluation per tier; updates the gauges and the /admin/plan view."""
+        """One b.1 evaluation per tier; updates the gauges and the /admin/plan view. Tiers are
+        planned independently: one that fails is logged and noted, the others still plan."""
         self.drain_events()
         now = self.clock()
-        metrics = self.metrics
         for name, state in self._states.items():
-            report = state.tracker.report(name, now)
-            self._export_regime(name, report)
-            regime = regime_of(report)
-            if regime is None:
-                state.note = "no traffic in the window"
-                continue
-            running_config = state.running.config(state.tier.settings.precision)
-            if running_config is not None:
-                # Hysteresis, dwell and confirmations measure against what the tier runs.
-                state.planner.follow(running_config, now)
             try:
-                step = state.planner.step(now, regime)
-            except PlanningError as exc:
-                state.note = str(exc)
-                continue
-            state.last_step, state.last_regime, state.note = step, regime, step.note
-            advice = step.advice
-            recommended = (advice.speculative, advice.prefix_caching)
-            running = state.running.as_tuple()
-            model = CostModel.from_settings(self.settings.planner)
-            metrics.expected_cpt.labels(name, "recommended").set(advice.expected_cpt)
-            if None not in running:
-                cost = model.cpt(
-                    regime.concurrency,
-                    regime.rho,
-                    regime.r,
-                    state.tier.settings.precision,
-                    bool(running[0]),
-                    bool(running[1]),
-                    l_in=regime.l_in,
-                    l_out=regime.l_out,
-                )
-                metrics.expected_cpt.labels(name, "running").set(cost)
-            for flag, wanted, actual in zip(FLAGS, recommended, running, strict=True):
-                metrics.flag_recommended.labels(name, flag).set(1 if wanted else 0)
-                if actual is not None:
-                    metrics.flag_running.labels(name, flag).set(1 if actual else 0)
-                    metrics.flag_drift.labels(name, flag).set(1 if actual != wanted else 0)
+                self._plan_tier(name, state, now)
+            except Exception as exc:  # a broken tier must not stop planning the others
+                log.exception("planning tier %s failed", name)
+                state.note = f"planning failed: {exc}"
+
+    def _report(self, name: str, state: _TierState, now: float) -> RegimeReport:
+        # C is per engine: the tracker splits the tier's in-flight count over its replicas.
+        state.tracker.configure_tier(name, endpoints=serving_endpoints(state.tier))
+        return state.tracker.report(name, now)
+
+    def _plan_tier(self, name: str, state: _TierState, now: float) -> None:
+        report = self._report(name, state, now)
+        self._export_regime(name, report)
+        regime = regime_of(report)
+        if regime is None:
+            state.note = "no traffic in the window"
+            return
+        running_config = state.running.config(state.tier.settings.precision)
+        if running_config is not None:
+            # Hysteresis, dwell and confirmations measure against what the tier runs.
+            state.planner.follow(running_config, now)
+        try:
+            step = state.planner.step(now, regime)
+        except PlanningError as exc:
+            state.note = str(exc)
+            return
+        state.last_step, state.last_regime, state.note = step, regime, step.note
+        self._export_plan(name, state, step, regime)
+
+    def _export_plan(self, name: str, state: _TierState, step: PlannerStep, regime: Regime) -> None:
+        metrics = self.metrics
+        advice = step.advice
+        recommended = (advice.speculative, advice.prefix_caching)
+        running = state.running.as_tuple()
+        model = CostModel.from_settings(self.settings.planner)
+        metrics.expected_cpt.labels(name, "recommended").set(advice.expected_cpt)
+        if None not in running:
+            cost = model.cpt(
+                regime.concurrency,
+                regime.rho,
+                regime.r,
+                state.tier.settings.precision,
+                bool(running[0]),
+                bool(running[1]),
+                l_in=regime.l_in,
+                l_out=regime.l_out,
+            )
+            metrics.expected_cpt.labels(name, "running").set(cost)
+        for flag, wanted, actual in zip(FLAGS, recommended, running, strict=True):
+            metrics.flag_recommended.labels(name, flag).set(1 if wanted else 0)
+            if actual is not None:
+                metrics.flag_running.labels(name, flag).set(1 if actual else 0)
+                metrics.flag_drift.labels(name, flag).set(1 if actual != wanted else 0)
 
     def _export_regime(self, tier: str, report: RegimeReport) -> None:
         metrics = self.metrics
@@ -429,7 +465,7 @@ class LiveObserver:
         now = self.clock()
         return {
             "tiers": {
-                name: state.tracker.report(name, now).to_dict()
+                name: self._report(name, state, now).to_dict()
                 for name, state in self._states.items()
             },
             "samples": {"processed": self.processed, "dropped": self.dropped},
@@ -482,4 +518,5 @@ __all__ = [
     "flags_from_args",
     "flags_from_snapshot",
     "regime_of",
+    "serving_endpoints",
 ]

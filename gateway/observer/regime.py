@@ -5,13 +5,16 @@ clock, does I/O or awaits. Events land in fixed-width time buckets (`bucket_s`);
 the buckets inside the window, so memory per key is at most window / bucket_s buckets.
 
 - Concurrency is time-weighted: each bucket holds seconds spent at each in-flight level, so
-  mean, p50 and p95 are over time, not over events. Engine scrapes add running + waiting.
+  mean, p50 and p95 are over time, not over events, and cover the whole tier. Engine scrapes
+  add running + waiting per replica. The cost model's C is per engine
+  (`per_engine_concurrency`).
 - rho comes from replaying sampled prompts through one prefix-cache replay per tier (the
   engine's cache is shared by its tenants): unbounded (capped at `max_replay_blocks` for
   memory) and LRU-bounded by the tier's `num_gpu_blocks`. Hits are credited to the tenant whose
   request hit. Sampling whole sessions keeps the estimate faithful; sampling requests
   independently undercounts sharing, because an unsampled request's blocks are never cached.
-  Engine rho is the prefix-cache hits/queries delta between scrapes (APC on only).
+  Engine rho is the prefix-cache hits/queries delta between scrapes of each replica, summed
+  over the replicas (APC on only).
 - r is the n-gram replay of sampled (prompt, completion) pairs (r_iid, c.4), and, where the
   tier speculates, A^-1(A_obs) / eta from the spec-decode counters (c.3).
 """
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
@@ -38,6 +41,7 @@ __all__ = [
     "RegimeTracker",
     "RhoSummary",
     "TrackerConfig",
+    "per_engine_concurrency",
 ]
 
 ALL_TENANTS: Final = "*"
@@ -138,17 +142,36 @@ class _Tier:
     lru: PrefixCacheReplay
     precision: str | None = None
     eta: float = 1.0
-    prev_snapshot: VllmMetricsSnapshot | None = None
+    # Counters are per engine: each replica is diffed against its own last scrape, never
+    # against a sibling's (whose lower counts would read as a restart).
+    prev_snapshots: dict[str, VllmMetricsSnapshot] = field(default_factory=dict)
+    endpoints: int = 1
     tenants: set[str] = field(default_factory=set)
 
 
 @dataclass(frozen=True)
 class ConcurrencySummary:
+    """`mean`/`p50`/`p95`/`max`: the gateway's in-flight count for the whole tier;
+    `engine_mean`: running + waiting per scraped replica; `endpoints`: replicas serving."""
+
     mean: float | None
     p50: float | None
     p95: float | None
     max: float | None
     engine_mean: float | None
+    endpoints: int = 1
+
+
+def per_engine_concurrency(
+    gateway_mean: float | None, engine_mean: float | None, endpoints: int | None = 1
+) -> float | None:
+    """C for the cost model: in-flight requests per backend (c.1), since K and B_eff are per
+    engine. The gateway's mean is exact for its own traffic but covers the whole tier, so it
+    is split over the replicas serving; the engines' running + waiting also sees other
+    clients but only at scrape instants. The larger of the two; None when neither is known."""
+    per_replica = None if gateway_mean is None else gateway_mean / max(1, endpoints or 1)
+    known = [c for c in (per_replica, engine_mean) if c is not None]
+    return max(known) if known else None
 
 
 @dataclass(frozen=True)
@@ -239,8 +262,10 @@ class RegimeTracker:
         precision: str | None = None,
         capacity_blocks: int | None = None,
         eta: float | None = None,
+        endpoints: int | None = None,
     ) -> None:
-        """Precision and eta (for the engine-side r), and the LRU bound in blocks."""
+        """Precision and eta (for the engine-side r), the LRU bound in blocks, and the number
+        of replicas serving the tier (splits the gateway's in-flight count per engine)."""
         state = self._tier(tier)
         if precision is not None:
             state.precision = precision
@@ -248,6 +273,15 @@ class RegimeTracker:
             state.eta = eta
         if capacity_blocks is not None:
             state.lru.set_capacity(capacity_blocks)
+        if endpoints is not None:
+            state.endpoints = max(1, endpoints)
+
+    def retain_endpoints(self, tier: str, endpoints: Iterable[str]) -> None:
+        """Forgets the last scrape of replicas no longer in the tier, so one that comes back
+        later starts afresh instead of adding all it counted while away to one bucket."""
+        state = self._tier(tier)
+        keep = set(endpoints)
+        state.prev_snapshots = {e: s for e, s in state.prev_snapshots.items() if e in keep}
 
     def tiers(self) -> list[str]:
         return sorted(self._tiers)
@@ -298,8 +332,11 @@ class RegimeTracker:
             b.completions += 1
             b.completion_tokens += len(completion_ids)
 
-    def engine_snapshot(self, tier: str, now: float, snapshot: VllmMetricsSnapshot) -> None:
-        """A scrape of the tier's `/metrics`; counters enter as deltas from the last one."""
+    def engine_snapshot(
+        self, tier: str, now: float, snapshot: VllmMetricsSnapshot, *, endpoint: str
+    ) -> None:
+        """A scrape of one endpoint's `/metrics`; its counters enter as deltas from that
+        endpoint's previous scrape, so the tier's deltas are the sum over its replicas."""
         state = self._tier(tier)
         cache = snapshot.cache_config
         if cache is not None and cache.num_gpu_blocks is not None:
@@ -310,9 +347,10 @@ class RegimeTracker:
         if snapshot.concurrency is not None:
             b.engine_c_sum += snapshot.concurrency
             b.engine_c_samples += 1
-        if state.prev_snapshot is not None:
-            b.engine = b.engine + counter_deltas(state.prev_snapshot, snapshot)
-        state.prev_snapshot = snapshot
+        previous = state.prev_snapshots.get(endpoint)
+        if previous is not None:
+            b.engine = b.engine + counter_deltas(previous, snapshot)
+        state.prev_snapshots[endpoint] = snapshot
 
     # -- reports ------------------------------------------------------------------------
 
@@ -347,7 +385,7 @@ class RegimeTracker:
             c_n += b.engine_c_samples
         conc = _time_weighted(levels)
         conc = ConcurrencySummary(
-            conc.mean, conc.p50, conc.p95, conc.max, c_sum / c_n if c_n else None
+            conc.mean, conc.p50, conc.p95, conc.max, c_sum / c_n if c_n else None, state.endpoints
         )
         rho = RhoSummary(
             unbounded=hits_u / prompt_tokens if prompt_tokens else None,

@@ -14,6 +14,7 @@ model's tokenizer (see its docstring).
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -86,6 +87,21 @@ class Trace:
     conversations: tuple[Conversation, ...] = ()
 
 
+def _finite(row: dict[str, Any], key: str) -> float:
+    # json.loads reads Infinity and NaN; neither is a time or a length.
+    value = float(row[key])
+    if not math.isfinite(value):
+        raise ValueError(f"{key} is not a finite number: {row[key]!r}")
+    return value
+
+
+def _length(row: dict[str, Any], key: str) -> int:
+    value = _finite(row, key)
+    if value < 0 or value != int(value):
+        raise ValueError(f"{key} is not a token count: {row[key]!r}")
+    return int(value)
+
+
 def parse_mooncake(lines: Iterable[str]) -> list[MooncakeRequest]:
     """Mooncake rows in arrival order (a stable sort keeps ties in file order)."""
     out: list[MooncakeRequest] = []
@@ -96,15 +112,15 @@ def parse_mooncake(lines: Iterable[str]) -> list[MooncakeRequest]:
             row = json.loads(line)
             out.append(
                 MooncakeRequest(
-                    arrival_s=float(row["timestamp"]) / 1000.0,
-                    input_length=int(row["input_length"]),
-                    output_length=int(row["output_length"]),
+                    arrival_s=_finite(row, "timestamp") / 1000.0,
+                    input_length=_length(row, "input_length"),
+                    output_length=_length(row, "output_length"),
                     hash_ids=tuple(int(h) for h in row.get("hash_ids", ())),
                 )
             )
         except KeyError as exc:
             raise ValueError(f"mooncake line {number}: missing field {exc}") from exc
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:  # int(inf) overflows
             raise ValueError(f"mooncake line {number}: {exc}") from exc
     out.sort(key=lambda r: r.arrival_s)
     return out

@@ -14,9 +14,24 @@ __all__ = ["BREAKEVEN_PRECISIONS", "breakeven_table"]
 BREAKEVEN_PRECISIONS: Final[tuple[Precision, ...]] = ("fp16", "fp8", "w4a16", "nvfp4")
 
 
-def _num(x: float, digits: int) -> float | None:
-    # JSON has no infinity: speculation that can never pay prints as null.
-    return None if math.isinf(x) else round(x, digits)
+def _num(x: float | None, digits: int) -> float | None:
+    # JSON has no infinity: speculation that can never pay prints as null, and so does a
+    # precision whose weights do not fit (it has no batch to break even at).
+    return None if x is None or math.isinf(x) else round(x, digits)
+
+
+def _rho_star(model: CostModel, p: Precision, c: float) -> float | None:
+    return model.rho_star(p, c) if model.fits(p) else None
+
+
+def _r_star(model: CostModel, p: Precision, c: float) -> float | None:
+    return model.r_star(p, c) if model.fits(p) else None
+
+
+def _ratio(model: CostModel, c: float, low: Precision, high: Precision) -> float | None:
+    if not (model.fits(low) and model.fits(high)):
+        return None
+    return model.precision_ratio(c, low, high)
 
 
 def breakeven_table(
@@ -28,20 +43,22 @@ def breakeven_table(
     low: Precision = "nvfp4",
     high: Precision = "fp16",
 ) -> dict[str, Any]:
-    """rho* by B_eff, r* by precision and C, the low/high decode-cost ratio below both knees
-    and on the plateau above both, and the knees. Inner keys are the numbers as strings."""
+    """rho* and r* by C, the low/high decode-cost ratio below both knees and on the plateau
+    above both, and the knees. Inner keys are the numbers as strings. Every breakeven is at
+    B_eff = min(C, K(p)) (a.2 items 11, 12); a precision that does not fit gives null."""
     knees = {p: model.knee(p) for p in precisions}
     plateau_c = max(model.knee(low), model.knee(high))
     return {
         # rho* depends on p only through B_eff (unless the prefill speed-up is on), so it is
-        # tabulated against B_eff at the reference precision.
-        "rho_star": {str(b): _num(model.rho_star_at_batch(b, high), digits) for b in concurrencies},
+        # tabulated at the reference precision: 0.002 * min(C, K(high)) in P0.
+        "rho_star": {str(c): _num(_rho_star(model, high, c), digits) for c in concurrencies},
         "r_star": {
-            p: {str(c): _num(model.r_star(p, c), digits) for c in concurrencies} for p in precisions
+            p: {str(c): _num(_r_star(model, p, c), digits) for c in concurrencies}
+            for p in precisions
         },
         "precision_ratio": {
-            "below_knees": _num(model.precision_ratio(1, low, high), digits),
-            "plateau": _num(model.precision_ratio(plateau_c, low, high), digits),
+            "below_knees": _num(_ratio(model, 1, low, high), digits),
+            "plateau": _num(_ratio(model, plateau_c, low, high), digits),
         },
         "knees": knees,
     }

@@ -102,12 +102,29 @@ class CostModel:
         per_request = math.floor(self.kv_capacity_tokens(p) / self.params.l_ctx)
         return min(self.params.max_num_seqs, per_request)
 
+    def fits(self, p: Precision) -> bool:
+        """Whether one request's L_ctx of KV fits next to the weights (K(p) >= 1)."""
+        return self.knee(p) >= 1
+
     def b_eff(self, concurrency: float, p: Precision) -> float:
         """B_eff(C, p) = min(C, K(p)). C below 1 is allowed: the GPU is then paid while idle,
-        so cost per token rises as 1/C."""
+        so cost per token rises as 1/C. A precision that does not fit has no batch at all."""
         if concurrency <= 0:
             raise ValueError("concurrency must be positive")
+        if not self.fits(p):
+            raise ValueError(f"{p} does not fit: {self.fit_problem(p)}")
         return min(float(concurrency), float(self.knee(p)))
+
+    def fit_problem(self, p: Precision) -> str:
+        """Why K(p) is 0, in numbers (for notes and errors)."""
+        c = self.params
+        budget = c.gpu_memory_fraction * self.hardware.hbm_bytes - c.reserve_bytes
+        per_request = c.l_ctx * self.kv_bytes_per_token
+        return (
+            f"K = 0, weights {self.weight_bytes(p) / 1e9:.1f} GB + one request's KV "
+            f"{per_request / 1e9:.2f} GB (L_ctx {c.l_ctx}) exceed the "
+            f"{budget / 1e9:.1f} GB budget"
+        )
 
     # -- decode (a.2 items 5, 6, 8; X1, X2, X5) ------------------------------------------
 

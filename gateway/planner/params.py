@@ -14,7 +14,7 @@ policy: {hysteresis: 0.05, dwell_s: 900}
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -57,7 +57,14 @@ DEFAULT_QUALITY: Final[dict[Precision, float]] = {
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # No inf or NaN anywhere: they would reach the plan's JSON, which has neither.
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+
+# eta(p) = r_iid(p) / r_iid(reference): an erosion, so in (0, 1] (r* divides by it), and
+# a(p) = eta * r stays an acceptance probability. Q(p) is a score on the Q_min scale, [0, 1].
+Eta = Annotated[float, Field(gt=0, le=1)]
+Quality = Annotated[float, Field(ge=0, le=1)]
 
 
 class Extensions(_Frozen):
@@ -101,9 +108,9 @@ class CostParams(_Frozen):
     draft_coverage: float = Field(
         default=1.0, ge=0, le=1, description="X8: m, share of drafting reqs"
     )
-    eta: dict[Precision, float] = Field(default_factory=lambda: dict(DEFAULT_ETA))
-    quality: dict[Precision, float] = Field(default_factory=lambda: dict(DEFAULT_QUALITY))
-    q_min: float = 0.97
+    eta: dict[Precision, Eta] = Field(default_factory=lambda: dict(DEFAULT_ETA))
+    quality: dict[Precision, Quality] = Field(default_factory=lambda: dict(DEFAULT_QUALITY))
+    q_min: float = Field(default=0.97, ge=0, le=1)
     price_per_gpu_second: float = Field(default=1.0, gt=0, description="pi; 1 gives GPU-seconds")
     extensions: Extensions = Extensions()
 

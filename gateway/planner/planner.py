@@ -40,6 +40,7 @@ __all__ = [
     "Regime",
     "TierConfig",
     "TierPlan",
+    "fixed_precision_settings",
     "plan_tier",
 ]
 
@@ -52,7 +53,8 @@ Action = Literal["initial", "hold", "pending", "switch"]
 
 
 class PlanningError(ValueError):
-    """No candidate precision is feasible (quality floor, hardware), or the regime is invalid."""
+    """No candidate precision is feasible (quality floor, hardware, weights that do not fit),
+    or the regime is invalid."""
 
 
 @dataclass(frozen=True)
@@ -74,14 +76,16 @@ class Regime:
     r_known: bool = True
 
     def __post_init__(self) -> None:
-        if not self.concurrency > 0:
-            raise PlanningError(f"concurrency must be positive, got {self.concurrency}")
+        # Bounds written as `not a < x < b` so that NaN fails them too.
+        if not 0.0 < self.concurrency < math.inf:
+            raise PlanningError(f"concurrency must be positive and finite, got {self.concurrency}")
         if not 0.0 <= self.rho <= 1.0:
             raise PlanningError(f"rho must be in [0, 1], got {self.rho}")
         if not 0.0 <= self.r <= 1.0:
             raise PlanningError(f"r must be in [0, 1], got {self.r}")
-        if self.l_in is not None and not 0.0 <= self.l_in < math.inf:
-            raise PlanningError(f"L_in must be a length >= 0, got {self.l_in}")
+        # rho* divides by L_in: a regime without prompt tokens has no prefix to cache.
+        if self.l_in is not None and not 0.0 < self.l_in < math.inf:
+            raise PlanningError(f"L_in must be a length > 0, got {self.l_in}")
         if self.l_out is not None and not 0.0 < self.l_out < math.inf:
             raise PlanningError(f"L_out must be a length > 0, got {self.l_out}")
 
@@ -162,7 +166,9 @@ def _feasible(
     dropped: list[str] = []
     for p in dict.fromkeys(candidates):
         q = model.quality(p)
-        if q < q_min:
+        if not model.fits(p):
+            dropped.append(f"{p} (weights do not fit: {model.fit_problem(p)})")
+        elif q < q_min:
             dropped.append(f"{p} (Q {q:.3f} < Q_min {q_min:.3f})")
         elif settings.policy.require_native_compute and not model.native_compute(p):
             dropped.append(f"{p} (no native compute on {settings.hardware.name})")
@@ -306,6 +312,18 @@ def _explain(
     return reasons
 
 
+def fixed_precision_settings(settings: Settings) -> Settings:
+    """Settings for planning only the toggles of a tier whose precision is fixed (by the
+    routing ladder): the precision filters, quality floor and native compute, do not apply.
+    A precision whose weights do not fit stays infeasible: that is physics, not policy."""
+    return settings.model_copy(
+        update={
+            "cost": settings.cost.model_copy(update={"q_min": 0.0}),
+            "policy": settings.policy.model_copy(update={"require_native_compute": False}),
+        }
+    )
+
+
 def plan_tier(
     regime: Regime,
     settings: Settings | None = None,
@@ -332,6 +350,8 @@ def plan_tier(
         cfg.cost.l_out if regime.l_out is None else regime.l_out,
     )
     floor = cfg.cost.q_min if q_min is None else q_min
+    if not 0.0 <= floor <= 1.0:  # also rejects NaN, under which every Q would pass
+        raise PlanningError(f"Q_min must be in [0, 1], got {floor}")
     feasible, dropped = _feasible(cfg, model, candidates, floor)
     if not feasible:
         raise PlanningError(f"no feasible precision among {list(candidates)}: {dropped}")
@@ -479,8 +499,20 @@ class Planner:
             return self._record(
                 now, plan, "initial", plan.expected_cpt, note="first deployment", regime=regime
             )
+        cur_cpt = self._current_cpt(regime)
+        action, note = self._verdict(now, plan, cur_cpt)
+        if action == "switch" and not self._following:
+            self._switch(plan.config, now)
+        return self._record(now, plan, action, cur_cpt, note=note, regime=regime)
+
+    def _current_cpt(self, regime: Regime) -> float:
+        """CPT of the current configuration; infinite when its weights do not fit (_verdict
+        then switches away from it at once)."""
         cur = self._current
-        cur_cpt = self._model.cpt(
+        assert cur is not None
+        if not self._model.fits(cur.precision):
+            return math.inf
+        return self._model.cpt(
             regime.concurrency,
             regime.rho,
             regime.r,
@@ -490,10 +522,6 @@ class Planner:
             l_in=regime.l_in,
             l_out=regime.l_out,
         )
-        action, note = self._verdict(now, plan, cur_cpt)
-        if action == "switch" and not self._following:
-            self._switch(plan.config, now)
-        return self._record(now, plan, action, cur_cpt, note=note, regime=regime)
 
     def _verdict(self, now: float, plan: TierPlan, cur_cpt: float) -> tuple[Action, str]:
         pol = self.settings.policy

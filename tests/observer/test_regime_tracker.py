@@ -9,7 +9,12 @@ import pytest
 from gateway.observer.acceptance import inverse_accepted_per_round
 from gateway.observer.ngram_replay import estimate_r
 from gateway.observer.prefix_replay import estimate_rho
-from gateway.observer.regime import OTHER_TENANTS, RegimeTracker, TrackerConfig
+from gateway.observer.regime import (
+    OTHER_TENANTS,
+    RegimeTracker,
+    TrackerConfig,
+    per_engine_concurrency,
+)
 from gateway.observer.vllm_metrics import CacheConfigInfo, VllmMetricsSnapshot
 
 
@@ -80,7 +85,10 @@ def test_rho_matches_batch_estimator_and_capacity_from_engine() -> None:
     ]
     tr = RegimeTracker(TrackerConfig(window_s=1000, bucket_s=10))
     tr.engine_snapshot(
-        "t", 0.0, VllmMetricsSnapshot(cache_config=CacheConfigInfo(30, 16, True, 0.9, "auto"))
+        "t",
+        0.0,
+        VllmMetricsSnapshot(cache_config=CacheConfigInfo(30, 16, True, 0.9, "auto")),
+        endpoint="a",
     )
     for i, p in enumerate(prompts):
         tr.prompt_sampled("t", "a" if i % 2 else "b", float(i), p)
@@ -109,7 +117,7 @@ def test_r_from_replay_and_engine() -> None:
         prefix_cache_queries=0,
         prefix_cache_hits=0,
     )
-    tr.engine_snapshot("t", 1.0, first)
+    tr.engine_snapshot("t", 1.0, first, endpoint="a")
     tr.engine_snapshot(
         "t",
         2.0,
@@ -120,6 +128,7 @@ def test_r_from_replay_and_engine() -> None:
             prefix_cache_hits=250,
             spec_decode_num_drafts=900,
         ),
+        endpoint="a",
     )
     report = tr.report("t", 20.0)
     assert report.r.r_iid == pytest.approx(estimate_r(pairs, 2, 4, 4)["r_iid"])
@@ -157,3 +166,66 @@ def test_empty_report() -> None:
 def test_bad_config() -> None:
     with pytest.raises(ValueError):
         TrackerConfig(window_s=1, bucket_s=2)
+
+
+def _scrape(
+    queries: float, hits: float, generated: float, accepted: float, done: float
+) -> VllmMetricsSnapshot:
+    return VllmMetricsSnapshot(
+        num_requests_running=10.0,
+        prefix_cache_queries=queries,
+        prefix_cache_hits=hits,
+        generation_tokens=generated,
+        spec_decode_num_accepted_tokens=accepted,
+        spec_decode_num_drafts=0.0,
+        prompt_tokens=queries,
+        request_success=done,
+    )
+
+
+def test_engine_counters_are_diffed_per_replica_and_summed() -> None:
+    """Two replicas of one tier, scraped in turn: each is diffed against its own previous
+    scrape. Diffed against each other, B - A read as huge deltas and A < B as restarts
+    (engine rho 0.899 instead of 0.5)."""
+    tr = RegimeTracker()
+    replicas = {
+        "http://a/v1": [1_000_000.0, 100_000.0, 50_000.0, 10_000.0, 100.0],
+        "http://b/v1": [2_000_000.0, 1_600_000.0, 90_000.0, 80_000.0, 900.0],
+    }
+    for k in range(5):
+        for url, counters in replicas.items():
+            if k:  # per scrape and replica: 1000 queries, 500 hits, 300 tokens / 100 accepted
+                for i, step in enumerate((1000.0, 500.0, 300.0, 100.0, 2.0)):
+                    counters[i] += step
+            tr.engine_snapshot("t", 15.0 * k, _scrape(*counters), endpoint=url)
+    report = tr.report("t", 70.0)
+    assert report.rho.engine == pytest.approx(0.5)
+    assert report.r.a_obs == pytest.approx(300.0 / 200.0)
+    assert report.l_in == pytest.approx(500.0) and report.l_out == pytest.approx(150.0)
+    assert report.concurrency.engine_mean == pytest.approx(10.0)
+
+
+def test_a_replica_that_returns_starts_afresh() -> None:
+    tr = RegimeTracker()
+    tr.engine_snapshot("t", 0.0, _scrape(0.0, 0.0, 0.0, 0.0, 0.0), endpoint="a")
+    tr.retain_endpoints("t", [])  # removed by a reload
+    tr.engine_snapshot("t", 10.0, _scrape(1e6, 9e5, 0.0, 0.0, 0.0), endpoint="a")
+    tr.engine_snapshot("t", 20.0, _scrape(1e6 + 100, 9e5 + 10, 0.0, 0.0, 0.0), endpoint="a")
+    assert tr.report("t", 30.0).rho.engine == pytest.approx(0.1)
+
+
+def test_the_planners_c_is_per_engine() -> None:
+    """c.1: C is in-flight requests per backend (K and B_eff are per engine). 20 requests in
+    flight over 2 replicas are 10 per engine, not 20."""
+    tr = RegimeTracker()
+    tr.configure_tier("t", endpoints=2)
+    for _ in range(20):
+        tr.request_started("t", "a", 0.0)
+    conc = tr.report("t", 100.0).concurrency
+    assert conc.mean == pytest.approx(20.0) and conc.endpoints == 2
+    assert per_engine_concurrency(conc.mean, conc.engine_mean, conc.endpoints) == 10.0
+    # The engines' own count wins when larger (other clients), and stands alone when the
+    # gateway saw nothing.
+    assert per_engine_concurrency(20.0, 12.0, 2) == 12.0
+    assert per_engine_concurrency(None, 40.0, 2) == 40.0
+    assert per_engine_concurrency(None, None, 2) is None

@@ -165,3 +165,41 @@ def test_a_malformed_or_empty_trace_names_the_file(tmp_path: Path) -> None:
     empty.write_text("\n")
     with pytest.raises(ValueError, match=r"empty.jsonl: no requests in this mooncake trace"):
         read_trace(empty, "mooncake")
+
+
+@pytest.mark.parametrize(
+    ("row", "says"),
+    [
+        (
+            '"timestamp": Infinity, "input_length": 100, "output_length": 10',
+            "timestamp is not a finite number",
+        ),
+        (
+            '"timestamp": NaN, "input_length": 100, "output_length": 10',
+            "timestamp is not a finite number",
+        ),
+        (
+            '"timestamp": 5, "input_length": Infinity, "output_length": 10',
+            "input_length is not a finite number",
+        ),
+        (
+            '"timestamp": 5, "input_length": -3, "output_length": 10',
+            "input_length is not a token count",
+        ),
+        (
+            '"timestamp": 5, "input_length": 3, "output_length": 1, "hash_ids": [Infinity]',
+            "cannot convert float infinity",
+        ),
+    ],
+)
+def test_mooncake_rejects_non_finite_values_by_line(tmp_path: Path, row: str, says: str) -> None:
+    """json reads Infinity and NaN; they reached the regime (and its JSON) as times."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(
+        '{"timestamp": 0, "input_length": 100, "output_length": 10, "hash_ids": [1]}\n'
+        "{" + row + "}\n"
+    )
+    with pytest.raises(ValueError, match=rf"t.jsonl: mooncake line 2: {says}"):
+        read_trace(trace, "mooncake")
+    result = runner.invoke(app, ["regime", "--trace", str(trace), "--json"])
+    assert result.exit_code == 2 and says in result.output

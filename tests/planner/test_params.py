@@ -59,3 +59,22 @@ def test_invalid_yaml(text: str) -> None:
 def test_unknown_preset() -> None:
     with pytest.raises(KeyError, match="known"):
         settings_from_yaml("hardware: a100")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "cost: {eta: {nvfp4: 0}}",  # r* divides by eta
+        "cost: {eta: {nvfp4: -0.5}}",
+        "cost: {eta: {nvfp4: 1.2}}",  # an erosion: eta * r must stay an acceptance
+        "cost: {eta: {nvfp4: .nan}}",
+        "cost: {quality: {fp8: .nan}}",  # Q >= Q_min is then never true nor false
+        "cost: {quality: {fp8: 1.5}}",
+        "cost: {q_min: -1}",
+        "cost: {beta: .inf}",  # no inf or NaN anywhere: the plan is JSON
+        "hardware: {preset: b200, bandwidth: .inf}",
+    ],
+)
+def test_eta_quality_and_non_finite_numbers_are_validated(text: str) -> None:
+    with pytest.raises(ValidationError):
+        settings_from_yaml(text)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -289,3 +290,145 @@ def test_plan_from_chat_trace_needs_concurrency(shared_data: Path) -> None:
 def test_current_flags_default_to_vllms() -> None:
     assert _current("fp8") == TierConfig("fp8", speculative=False, prefix_caching=True)
     assert _current("fp8,s=1,k=0") == TierConfig("fp8", speculative=True, prefix_caching=False)
+
+
+def _error_line(args: list[str]) -> str:
+    """Runs a command that must fail cleanly; its one line of output."""
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "says"),
+    [
+        ("cost: {gpu_memory_fraction: 0.3}", "bf16 (weights do not fit: K = 0"),
+        ("cost: {l_ctx: 100000000}", "no feasible precision"),
+    ],
+)
+def test_nothing_fits_is_one_line_and_exit_2(tmp_path: Path, yaml_text: str, says: str) -> None:
+    """K = 0 raised ZeroDivisionError with a traceback."""
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml_text)
+    regime = ["plan", "--regime", "C=32,rho=0.1,r=0.1", "--params", str(params)]
+    assert says in _error_line([*regime, "--candidates", "bf16"])
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["plan", "--regime", "C=256,rho=0.3,r=0.3,L_in=0"], "L_in must be a length > 0"),
+        (["plan", "--regime", "C=inf,rho=0.3,r=0.3"], "concurrency must be positive and finite"),
+        (["plan", "--regime", "C=32,rho=0.3,r=0.3", "--q-min", "nan"], "Q_min must be in [0, 1]"),
+    ],
+)
+def test_a_regime_that_cannot_be_costed_is_one_line(args: list[str], says: str) -> None:
+    """L_in = 0 divided by zero; C = inf printed "concurrency": Infinity (not JSON)."""
+    assert says in _error_line(args)
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "fields"),
+    [
+        ("cost: {eta: {nvfp4: 0}}", ["cost.eta.nvfp4"]),
+        ("cost: {eta: {nvfp4: 1.5}}", ["cost.eta.nvfp4"]),
+        (
+            "cost: {eta: {nvfp4: .nan}, quality: {fp8: .nan}}",
+            ["cost.eta.nvfp4", "cost.quality.fp8"],
+        ),
+        ("cost: {l_in: abc, max_num_seqs: -1}", ["cost.l_in", "cost.max_num_seqs"]),
+        ("cost: {beta: .inf}", ["cost.beta"]),
+    ],
+)
+def test_bad_params_name_their_fields_in_one_line(
+    tmp_path: Path, yaml_text: str, fields: list[str]
+) -> None:
+    """eta 0 divided by zero, eta NaN printed "r_star": NaN, and a bad field printed
+    pydantic's multi-line report with its URLs."""
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml_text)
+    for command in (["plan", "--regime", REGIME], ["plan", "breakeven"]):
+        line = _error_line([*command, "--params", str(params)])
+        assert all(field in line for field in fields) and "pydantic.dev" not in line
+
+
+def test_breakeven_rho_star_is_at_b_eff_like_r_star(tmp_path: Path) -> None:
+    """rho* = 0.002 * B_eff with B_eff = min(C, K): at C = 1024 above the FP16 knee 325 it
+    is 0.65, not 2.048 (r* in the same table already capped at the knee)."""
+    doc = _json(["plan", "breakeven", "--json", "--concurrency", "32,1024"])
+    assert doc["rho_star"] == {"32": 0.064, "1024": 0.65}
+    # A precision that does not fit has no breakeven: null, not a ZeroDivisionError.
+    params = tmp_path / "params.yaml"
+    params.write_text("cost: {gpu_memory_fraction: 0.3}")
+    tight = _json(["plan", "breakeven", "--json", "--params", str(params)])
+    assert tight["knees"]["fp16"] == 0 and tight["r_star"]["fp16"] == {"32": None, "256": None}
+    assert tight["rho_star"] == {"32": None, "256": None}
+    assert tight["r_star"]["nvfp4"]["32"] == 0.1406
+
+
+def test_plan_trace_measures_r_with_the_served_ngram_settings(tmp_path: Path) -> None:
+    """c.1: r is replayed with the served prompt_lookup_min/max and num_speculative_tokens;
+    `plan --trace` used 2/4/4 whatever `--params` said."""
+    from gateway.cli.regime_cmd import compute_trace_regime
+
+    rng = random.Random(3)
+    rows = []
+    for i in range(30):
+        prompt = " ".join(f"w{rng.randrange(40)}" for _ in range(120))
+        words = prompt.split()
+        start = rng.randrange(80)
+        reply = " ".join(words[start : start + 25] + [f"x{rng.randrange(40)}" for _ in range(8)])
+        messages = [{"role": "user", "content": prompt}, {"role": "assistant", "content": reply}]
+        rows.append(json.dumps({"id": i, "messages": messages}))
+    trace = tmp_path / "chat.jsonl"
+    trace.write_text("\n".join(rows) + "\n")
+    params = tmp_path / "params.yaml"
+    params.write_text(
+        "cost: {num_speculative_tokens: 8}\nserve: {prompt_lookup_min: 5, prompt_lookup_max: 6}"
+    )
+    served = compute_trace_regime(trace, ngram_min=5, ngram_max=6, num_spec_tokens=8)
+    default = compute_trace_regime(trace)
+    assert served["r"]["r_iid"] != pytest.approx(default["r"]["r_iid"])
+    doc = _json(
+        ["plan", "--trace", str(trace), "--concurrency", "8", "--params", str(params), "--json"]
+    )
+    assert doc["tiers"]["default"]["regime"]["r"] == pytest.approx(served["r"]["r_iid"])
+
+
+def test_plan_from_gateway_takes_c_as_the_live_planner_does(
+    admin_server: str, tmp_path: Path
+) -> None:
+    """C per engine: max(gateway mean / endpoints, engine mean). A tier with only engine
+    traffic was skipped as "no traffic"; a tier behind several replicas used the whole tier's
+    count. A fixed precision skips the native-compute filter too, as live."""
+    _Admin.body = {
+        "tiers": {
+            "engine_only": {
+                "precision": "nvfp4",
+                "concurrency": {"mean": None, "engine_mean": 40.0},
+                "rho": {"engine": 0.5},
+                "r": {"r_engine": 0.3},
+            },
+            "replicated": {
+                "precision": "bf16",
+                "concurrency": {"mean": 20.0, "engine_mean": 4.0, "endpoints": 2},
+                "rho": {"lru": 0.5},
+                "r": {"r_iid": 0.3},
+                "lengths": {"l_in": 1000.0, "l_out": 0.0},  # no completed request yet
+            },
+        }
+    }
+    # On an H200 NVFP4 is emulated (Marlin); the tier runs it anyway, so it is planned.
+    params = tmp_path / "params.yaml"
+    params.write_text("hardware: h200\npolicy: {require_native_compute: true}")
+    doc = _json(
+        ["plan", "--from-gateway", admin_server, "--json", "--params", str(params)],
+        env={"TIERGATE_ADMIN_TOKEN": "s3cret"},
+    )
+    assert doc["tiers"]["engine_only"]["precision"] == "nvfp4"
+    assert doc["tiers"]["engine_only"]["regime"]["concurrency"] == 40.0
+    assert doc["tiers"]["replicated"]["regime"]["concurrency"] == 10.0
+    assert doc["tiers"]["replicated"]["regime"]["l_out"] is None

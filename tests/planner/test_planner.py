@@ -13,6 +13,7 @@ from gateway.planner.planner import (
     PlanningError,
     Regime,
     TierConfig,
+    fixed_precision_settings,
     plan_tier,
 )
 
@@ -290,3 +291,59 @@ def test_held_advice_describes_a_running_precision_outside_the_candidates() -> N
     step = planner.step(10.0, OPEN_CHAT)
     assert step.action == "pending" and step.plan.precision == "nvfp4"
     assert step.advice.config == running  # not the unconfirmed candidate
+
+
+TIGHT = settings_from_mapping({"cost": {"gpu_memory_fraction": 0.3}})  # 57.6 GB on a B200
+
+
+def test_a_precision_whose_weights_do_not_fit_is_infeasible() -> None:
+    """K = 0 (BF16's 61 GB in a 57.6 GB budget) divided by zero in B_eff; it is dropped
+    with a note, and a regime where nothing fits is a PlanningError."""
+    plan = plan_tier(Regime(32, 0.1, 0.1), TIGHT)
+    assert plan.precision == "nvfp4"
+    assert any("bf16 (weights do not fit: K = 0" in r for r in plan.reasons)
+    with pytest.raises(PlanningError, match="weights do not fit"):
+        plan_tier(Regime(32, 0.1, 0.1), TIGHT, ["bf16"])
+    huge_ctx = settings_from_mapping({"cost": {"l_ctx": 100_000_000}})
+    with pytest.raises(PlanningError, match="no feasible precision"):
+        plan_tier(Regime(32, 0.1, 0.1), huge_ctx)
+
+
+def test_a_running_precision_that_does_not_fit_is_switched_away_at_once() -> None:
+    planner = Planner(TIGHT, current=TierConfig("bf16", False, True), last_switch=0.0)
+    step = planner.step(10.0, Regime(32, 0.1, 0.1))
+    assert step.action == "switch" and step.plan.precision != "bf16"
+    assert math.isinf(step.current_cpt)
+
+
+@pytest.mark.parametrize(
+    ("regime", "says"),
+    [
+        ({"concurrency": math.inf, "rho": 0.3, "r": 0.3}, "finite"),
+        ({"concurrency": math.nan, "rho": 0.3, "r": 0.3}, "finite"),
+        ({"concurrency": 256, "rho": 0.3, "r": 0.3, "l_in": 0.0}, "L_in must be a length > 0"),
+        ({"concurrency": 256, "rho": math.nan, "r": 0.3}, "rho"),
+    ],
+)
+def test_a_regime_that_cannot_be_costed_is_rejected(regime: dict[str, float], says: str) -> None:
+    """C = inf reached the JSON as Infinity; L_in = 0 divided by zero in rho*."""
+    with pytest.raises(PlanningError, match=says):
+        Regime(**regime)  # type: ignore[arg-type]
+
+
+def test_a_quality_floor_outside_zero_one_is_rejected() -> None:
+    with pytest.raises(PlanningError, match="Q_min"):
+        plan_tier(Regime(32, 0.1, 0.1), B200, q_min=math.nan)
+
+
+def test_fixed_precision_settings_drop_only_the_precision_filters() -> None:
+    strict = settings_from_mapping(
+        {"hardware": "h200", "cost": {"q_min": 0.99}, "policy": {"require_native_compute": True}}
+    )
+    with pytest.raises(PlanningError):
+        plan_tier(Regime(32, 0.1, 0.1), strict, ["nvfp4"])
+    relaxed = fixed_precision_settings(strict)
+    assert plan_tier(Regime(32, 0.1, 0.1), relaxed, ["nvfp4"]).precision == "nvfp4"
+    assert relaxed.cost.l_ctx == strict.cost.l_ctx and relaxed.hardware == strict.hardware
+    with pytest.raises(PlanningError, match="weights do not fit"):
+        plan_tier(Regime(32, 0.1, 0.1), fixed_precision_settings(TIGHT), ["bf16"])

@@ -3,6 +3,9 @@ and is measured against the flags the tier runs with (hysteresis, confirmations,
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -10,6 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from gateway.backends.tier import TierBackend
 from gateway.config import Settings, parse_settings
+from gateway.live import upstream
 from gateway.live.observer import LiveObserver, RunningFlags, agreed_flags
 from gateway.metrics import GatewayMetrics
 from gateway.observer.regime import (
@@ -19,6 +23,7 @@ from gateway.observer.regime import (
     RhoSummary,
     RSummary,
 )
+from gateway.planner.planner import Planner
 
 TIER = "bf16"
 
@@ -154,3 +159,151 @@ def test_replicas_that_disagree_leave_the_flag_unknown() -> None:
     assert agreed_flags([on, on]).as_tuple() == (True, True)
     assert agreed_flags([on, off]).as_tuple() == (None, True)
     assert agreed_flags([]).as_tuple() == (None, None)
+
+
+def observer_over(
+    tiers: list[dict[str, Any]], planner: dict[str, Any], clock: Callable[[], float] = lambda: 100.0
+) -> LiveObserver:
+    """A LiveObserver over the given tiers and planner settings."""
+    settings = parse_settings(
+        {
+            "model": "m",
+            "tiers": tiers,
+            "tenants": [{"name": "default", "api_keys": ["k"]}],
+            "planner": planner,
+        }
+    )
+    backends = [TierBackend(i, t.name, t, "m") for i, t in enumerate(settings.tiers)]
+    observer = LiveObserver(
+        settings, GatewayMetrics(CollectorRegistry()), lambda: backends, clock=clock
+    )
+    observer.configure(settings)
+    return observer
+
+
+def tier(name: str, precision: str, port: int) -> dict[str, Any]:
+    return {
+        "name": name,
+        "precision": precision,
+        "endpoints": [f"http://127.0.0.1:{port}/v1"],
+        "vllm_args": ["--enable-prefix-caching"],
+    }
+
+
+def busy(_tracker: RegimeTracker, name: str, _now: float) -> RegimeReport:
+    return RegimeReport(
+        tier=name,
+        tenant="*",
+        precision=None,
+        now=100.0,
+        window_s=300.0,
+        concurrency=ConcurrencySummary(32.0, None, None, None, None),
+        rho=RhoSummary(None, 0.5, None, 1000, None),
+        r=RSummary(0.5, None, None, None, None, 100, None, None),
+        l_in=None,
+        l_out=None,
+    )
+
+
+def test_a_tier_whose_weights_do_not_fit_does_not_stop_the_others(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At u = 0.3 BF16's 61 GB of weights exceed the 57.6 GB budget (K = 0). That raised
+    ZeroDivisionError out of plan_once, and no later tier was planned."""
+    monkeypatch.setattr(RegimeTracker, "report", busy)
+    observer = observer_over(
+        [tier("big", "bf16", 8), tier("small", "nvfp4", 9)],
+        {"cost": {"gpu_memory_fraction": 0.3}},
+    )
+    observer.plan_once()
+    view = observer.plan_view()
+    assert "weights do not fit" in view["big"]["note"] and "recommended" not in view["big"]
+    assert view["small"]["recommended"]["precision"] == "nvfp4"
+
+
+def test_one_tier_failing_is_noted_and_the_others_still_plan(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(RegimeTracker, "report", busy)
+    observer = observer_over([tier("a", "bf16", 8), tier("b", "nvfp4", 9)], {})
+    original = Planner.step
+
+    def step(planner: Planner, now: float, regime: Any) -> Any:
+        if planner.candidates == ("bf16",):
+            raise RuntimeError("boom")
+        return original(planner, now, regime)
+
+    monkeypatch.setattr(Planner, "step", step)
+    observer.plan_once()
+    view = observer.plan_view()
+    assert view["a"]["note"] == "planning failed: boom"
+    assert view["b"]["recommended"]["precision"] == "nvfp4"
+
+
+@pytest.mark.parametrize(
+    "planner",
+    [
+        {"cost": {"q_min": 0.99}},  # NVFP4's Q 0.980 is below this floor
+        {"hardware": "h200", "policy": {"require_native_compute": True}},  # Marlin on SM90
+    ],
+    ids=["quality-floor", "native-compute"],
+)
+def test_a_live_tiers_precision_is_fixed_so_only_its_toggles_are_planned(
+    monkeypatch: pytest.MonkeyPatch, planner: dict[str, Any]
+) -> None:
+    """The ladder fixes a tier's precision; the precision filters used to leave an NVFP4
+    tier at "no feasible precision" forever (`plan --from-gateway` plans it with q_min 0)."""
+    monkeypatch.setattr(RegimeTracker, "report", busy)
+    observer = observer_over([tier("cheap", "nvfp4", 8), tier("strong", "bf16", 9)], planner)
+    observer.plan_once()
+    entry = observer.plan_view()["cheap"]
+    assert "no feasible precision" not in entry["note"]
+    assert entry["recommended"]["precision"] == "nvfp4"
+
+
+def _metrics_page(queries: float, hits: float, running: float) -> bytes:
+    return (
+        f'vllm:num_requests_running{{model_name="m",engine="0"}} {running}\n'
+        f'vllm:prefix_cache_queries_total{{model_name="m",engine="0"}} {queries}\n'
+        f'vllm:prefix_cache_hits_total{{model_name="m",engine="0"}} {hits}\n'
+    ).encode()
+
+
+def test_scrapes_are_diffed_per_replica_and_c_is_per_engine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two replicas of one tier, each adding 1000 prefix queries and 500 hits per scrape
+    (true rho 0.5); 20 requests in flight through the gateway, 10 per replica (the engines
+    see 4 running at each scrape instant)."""
+    now = [100.0]
+    replicas = ["http://127.0.0.1:8/v1", "http://127.0.0.1:9/v1"]
+    observer = observer_over(
+        [{**tier("nv", "nvfp4", 8), "endpoints": replicas}, tier("x", "bf16", 7)],
+        {},
+        clock=lambda: now[0],
+    )
+    counters = {"http://127.0.0.1:8/v1": [1e6, 1e5], "http://127.0.0.1:9/v1": [2e6, 1.6e6]}
+
+    async def get(endpoint: Any, _path: bytes) -> bytes:
+        queries, hits = counters[endpoint.endpoint.url]
+        return _metrics_page(queries, hits, 4.0)
+
+    monkeypatch.setattr(upstream, "get", get)
+    backend = next(b for b in observer.tiers() if b.name == "nv")
+    # Stand-ins for the endpoint states the proxy builds (only the URL and health are read).
+    backend.endpoints[:] = [
+        SimpleNamespace(endpoint=SimpleNamespace(url=url), healthy=True) for url in replicas
+    ]
+    for _ in range(20):
+        observer.upstream_started("nv", "default")
+    for _ in range(4):
+        for values in counters.values():
+            values[0] += 1000.0
+            values[1] += 500.0
+        now[0] += 15.0
+        asyncio.run(observer.scrape_once())
+    doc = observer.regime_view()["tiers"]["nv"]
+    assert doc["rho"]["engine"] == pytest.approx(0.5)
+    assert doc["concurrency"]["endpoints"] == 2
+    observer.plan_once()
+    assert observer.plan_view()["nv"]["regime"]["concurrency"] == pytest.approx(10.0)
