@@ -310,6 +310,7 @@ class ConnectionPool:
         self.connect_timeout_s = connect_timeout_s
         self.max_idle = max_idle
         self._idle: list[_Connection] = []
+        self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._host_header = f"{host}:{port}".encode()
 
@@ -423,7 +424,9 @@ class ConnectionPool:
         return None
 
     def give_back(self, conn: _Connection) -> None:
-        if conn.closed or len(self._idle) >= self.max_idle:
+        # A closed pool (its endpoint left the configuration) keeps nothing: a request still
+        # in flight when it closed would otherwise park its connection here for good.
+        if conn.closed or self._closed or len(self._idle) >= self.max_idle:
             conn.close()
         else:
             self._idle.append(conn)
@@ -433,6 +436,8 @@ class ConnectionPool:
         return sum(1 for conn in self._idle if not conn.closed)
 
     def close(self) -> None:
+        """Closes the idle connections; those in use close when their exchange ends."""
+        self._closed = True
         for conn in self._idle:
             conn.close()
         self._idle.clear()

@@ -268,3 +268,27 @@ def test_abort_closes_the_upstream_connection() -> None:
         await asyncio.wait_for(closed.wait(), 2)
 
     asyncio.run(with_server(handler, body))
+
+
+def test_a_closed_pool_keeps_no_connection_that_finishes_after_it_closed() -> None:
+    """A reload that drops an endpoint closes its pool while requests are still in flight:
+    their connections must close when they finish, not wait idle in a pool nobody uses."""
+    closed_by_client = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        await asyncio.sleep(0.05)
+        writer.write(ok(b'{"ok":true}'))
+        await writer.drain()
+        if await reader.read() == b"":  # EOF: the gateway closed its side
+            closed_by_client.set()
+
+    async def body(pool: ConnectionPool) -> None:
+        response = await pool.request(request(pool), first_byte_timeout_s=2, total_timeout_s=5)
+        pool.close()  # while the exchange is still being read
+        assert await response.read(1 << 20) == b'{"ok":true}'
+        response.release()
+        assert pool.idle_connections == 0
+        await asyncio.wait_for(closed_by_client.wait(), 2)
+
+    asyncio.run(with_server(handler, body))
