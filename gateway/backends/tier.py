@@ -25,6 +25,10 @@ class EndpointState:
     healthy: bool = True
     chat_path: bytes = b""
     completions_path: bytes = b""
+    # The tier this endpoint serves in the running configuration. A reload builds new tiers
+    # and keeps unchanged endpoints: a slot freed by a request from before it must wake the
+    # requests queued on the new tier, not on the old one nobody waits on any more.
+    owner: TierBackend | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.chat_path = f"{self.endpoint.base_path}/chat/completions".encode()
@@ -33,6 +37,11 @@ class EndpointState:
     @property
     def url(self) -> str:
         return self.endpoint.url
+
+    def slot_freed(self) -> None:
+        """A request on this endpoint finished: its tier may hand the slot to a waiter."""
+        if self.owner is not None:
+            self.owner.slot_freed()
 
     @property
     def saturated(self) -> bool:
@@ -168,6 +177,8 @@ def build_tiers(
                     ),
                 )
             )
+        for state in backend.endpoints:
+            state.owner = backend
         tiers.append(backend)
     return tiers
 

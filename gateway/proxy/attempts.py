@@ -100,7 +100,7 @@ class Attempter:
                 endpoint.circuit.on_inconclusive()
             elif not failure.judged_later:
                 endpoint.circuit.on_failure()
-            tier.slot_freed()
+            endpoint.slot_freed()
             record.attempts.append(Attempt(tier.index, endpoint.url, failure.outcome))
             raise
         exchange.waited += time.perf_counter() - asked
@@ -123,7 +123,7 @@ class Attempter:
             else:
                 endpoint.circuit.on_success()
             response.release()
-            tier.slot_freed()
+            endpoint.slot_freed()
 
     async def _send(
         self,

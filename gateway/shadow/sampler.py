@@ -357,7 +357,7 @@ class ShadowSampler:
         finally:
             self.inflight -= 1
             endpoint.inflight -= 1
-            target.slot_freed()
+            endpoint.slot_freed()
         if response.status != 200:
             return None
         texts = completion_texts(body)

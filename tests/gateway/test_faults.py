@@ -349,6 +349,37 @@ def test_full_tier_queues_briefly_instead_of_failing(fault_ladder: Ladder) -> No
         assert all(headers["x-tiergate-tier"] == "bf16" for _, headers, _ in results)
 
 
+def test_a_slot_freed_by_a_request_from_before_a_reload_wakes_the_queue(
+    fault_ladder: Ladder,
+) -> None:
+    """A reload builds new tiers; a request that started before it frees its slot on the
+    endpoint, whose queue is now the new tier's (it woke the old tier's, where nobody waits,
+    and the queued request waited out queue_timeout_s for a 429)."""
+    data = settings(
+        fault_ladder, resilience={"queue_timeout_s": 4.0, "health_interval_s": 60}
+    ).model_dump(mode="json")
+    data["tenants"][0]["api_keys"] = [API_KEY]
+    for tier in data["tiers"]:
+        tier["max_inflight_per_endpoint"] = 1
+    fault_ladder.sims[2].faults(added_latency_s=0.5)
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gateway.config import parse_settings
+
+    config = parse_settings(data)
+    with (
+        GatewayThread(config, policy_factory=fixed_policy(2)) as gw,
+        ThreadPoolExecutor(1) as pool,
+    ):
+        first = pool.submit(chat, gw)
+        time.sleep(0.2)  # the first request holds the only slot
+        gw.loop.call_soon_threadsafe(gw.app.reload, parse_settings(data))
+        time.sleep(0.05)
+        status, headers, _ = chat(gw)  # queues on the reloaded tier
+        assert first.result()[0] == 200
+        assert status == 200 and headers["x-tiergate-tier"] == "bf16"
+
+
 def test_health_checks_take_endpoints_out_and_back(fault_ladder: Ladder) -> None:
     data = settings(fault_ladder, resilience={"health_interval_s": 0.2}).model_dump(mode="json")
     data["tenants"][0]["api_keys"] = [API_KEY]
