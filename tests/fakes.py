@@ -27,6 +27,9 @@ class Reply:
     pieces: list[bytes] | None = None  # streamed as separate writes, verbatim
     content_type: bytes = b"application/json"
     delay_s: float = 0.0
+    # A content-length above len(body) makes the answer stop short: the connection closes
+    # mid-body (uvicorn refuses to finish a response shorter than it declared).
+    declared_length: int | None = None
 
 
 @dataclass
@@ -59,7 +62,8 @@ class FakeUpstream:
             await asyncio.sleep(reply.delay_s)
         headers = [(b"content-type", reply.content_type)]
         if reply.pieces is None:
-            headers.append((b"content-length", str(len(reply.body)).encode()))
+            length = len(reply.body) if reply.declared_length is None else reply.declared_length
+            headers.append((b"content-length", str(length).encode()))
             await send({"type": "http.response.start", "status": reply.status, "headers": headers})
             await send({"type": "http.response.body", "body": reply.body})
             return

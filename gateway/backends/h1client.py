@@ -219,7 +219,12 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._cancel_timer()
-        self.fail(UpstreamConnectError("upstream closed the connection"))
+        if self.response is not None and self.response.status:
+            # After the headers, a closed connection is a cut answer, not an unreachable
+            # endpoint (and it must not be retried as a stale keep-alive connection).
+            self.fail(UpstreamProtocolError("upstream closed the connection mid-answer"))
+        else:
+            self.fail(UpstreamConnectError("upstream closed the connection"))
 
     # -- httptools callbacks ------------------------------------------------------------
     def on_header(self, name: bytes, value: bytes) -> None:

@@ -18,7 +18,7 @@ import orjson
 from gateway.backends.h1client import (
     UpstreamAborted,
     UpstreamConnectError,
-    UpstreamProtocolError,
+    UpstreamFailure,
     UpstreamResponse,
     UpstreamTimeout,
 )
@@ -31,7 +31,7 @@ from gateway.errors import (
     UpstreamTimeoutError,
 )
 from gateway.proxy.events import ExchangeListener
-from gateway.proxy.relay import Exchange, relay_body, relay_stream
+from gateway.proxy.relay import MAX_RESPONSE_BYTES, Exchange, relay_body, relay_stream
 from gateway.proxy.rewrite import ModelRewriter
 from gateway.stats import Attempt
 
@@ -88,7 +88,7 @@ class Attempter:
         for listener in self.listeners:
             listener.upstream_started(tier.name, record.tenant)
         try:
-            response = await self._send(exchange, tier, endpoint, current)
+            response, body = await self._send(exchange, tier, endpoint, current)
         except AttemptFailed as failure:
             exchange.waited += time.perf_counter() - asked
             endpoint.inflight -= 1
@@ -110,10 +110,10 @@ class Attempter:
         exchange.tier_name = tier.name
         exchange.rewrite = self.rewriters[tier.index]
         try:
-            if record.stream and response.status == 200:
+            if body is None:
                 await relay_stream(exchange, response)
             else:
-                await relay_body(exchange, response)
+                await relay_body(exchange, response, body)
         finally:
             endpoint.inflight -= 1
             for listener in self.listeners:
@@ -131,42 +131,50 @@ class Attempter:
         tier: TierBackend,
         endpoint: EndpointState,
         current: list[UpstreamResponse],
-    ) -> UpstreamResponse:
-        """One request up to the response headers (the response joins `current` as soon as
-        it is sent, so a client that leaves can abort it); classifies every failure."""
-        body = orjson.dumps({**exchange.upstream_request, "model": tier.served_model_name})
+    ) -> tuple[UpstreamResponse, bytes | None]:
+        """One request up to the response headers, and for an answer that is not a stream up
+        to its last byte: nothing has reached the client before that, so a body that fails
+        is this attempt's failure and another endpoint may serve. The response joins
+        `current` as soon as it is sent, so a client that leaves can abort it. Returns the
+        response and its whole body, or None for a stream to relay; classifies every
+        failure."""
+        payload = orjson.dumps({**exchange.upstream_request, "model": tier.served_model_name})
         path = endpoint.chat_path if exchange.kind == "chat" else endpoint.completions_path
+        response: UpstreamResponse | None = None
         try:
             response = await endpoint.pool.request(
-                endpoint.pool.render(b"POST", path, body),
+                endpoint.pool.render(b"POST", path, payload),
                 first_byte_timeout_s=self.timeouts.first_byte_s,
                 total_timeout_s=self.timeouts.total_s,
                 started=current,
             )
-        except UpstreamAborted:
-            gone = UpstreamError("The client left before the upstream answered.")
-            raise AttemptFailed(CLIENT_GONE, gone) from None
-        except UpstreamTimeout as exc:
-            error: TiergateError = UpstreamTimeoutError(f"Upstream timed out: {exc}")
-            raise AttemptFailed("timeout", error) from None
-        except UpstreamConnectError as exc:
-            raise AttemptFailed(
-                "connect_error", UpstreamError(f"Upstream unreachable: {exc}")
-            ) from None
-        except UpstreamProtocolError as exc:
-            raise AttemptFailed(
-                "protocol_error", UpstreamError(f"Upstream failed: {exc}")
-            ) from None
-        status = response.status
-        if status < 400 or status in CLIENT_ERRORS:
-            return response
+            status = response.status
+            if status < 400 or status in CLIENT_ERRORS:
+                if exchange.record.stream and status == 200:
+                    return response, None
+                return response, await response.read(MAX_RESPONSE_BYTES)
+        except UpstreamFailure as exc:
+            if response is not None:  # the body failed: this connection is done
+                response.abort()
+            raise _classified(exc) from None
         response.abort()
         if status in SATURATED_STATUSES:
-            error = ServiceUnavailableError(f"Upstream is saturated (HTTP {status}).")
-            raise AttemptFailed(SATURATED, error)
+            saturated = ServiceUnavailableError(f"Upstream is saturated (HTTP {status}).")
+            raise AttemptFailed(SATURATED, saturated)
         outcome = STATUS_5XX if status >= 500 else "status_4xx"
         error = UpstreamError(f"Upstream answered HTTP {status}.")
         raise AttemptFailed(outcome, error, judged_later=status not in GATEWAY_FAILURES)
+
+
+def _classified(exc: UpstreamFailure) -> AttemptFailed:
+    if isinstance(exc, UpstreamAborted):
+        gone = UpstreamError("The client left before the upstream answered.")
+        return AttemptFailed(CLIENT_GONE, gone)
+    if isinstance(exc, UpstreamTimeout):
+        return AttemptFailed("timeout", UpstreamTimeoutError(f"Upstream timed out: {exc}"))
+    if isinstance(exc, UpstreamConnectError):
+        return AttemptFailed("connect_error", UpstreamError(f"Upstream unreachable: {exc}"))
+    return AttemptFailed("protocol_error", UpstreamError(f"Upstream failed: {exc}"))
 
 
 __all__ = ["SATURATED", "STATUS_5XX", "AttemptFailed", "Attempter"]

@@ -63,18 +63,8 @@ class Exchange:
         return headers
 
 
-async def relay_body(exchange: Exchange, response: UpstreamResponse) -> None:
-    asked = time.perf_counter()
-    try:
-        data = await response.read(MAX_RESPONSE_BYTES)
-    except UpstreamFailure as exc:
-        if exchange.channel.disconnected:  # the gateway aborted it: its client had left
-            exchange.record.client_disconnected = True
-            exchange.record.status = 499
-            return
-        # Nothing reached the client yet: report it as a clean gateway error.
-        raise UpstreamError(f"Upstream failed while answering: {exc}") from None
-    exchange.waited += time.perf_counter() - asked
+async def relay_body(exchange: Exchange, response: UpstreamResponse, data: bytes) -> None:
+    """Relays a whole answer (its body already read by the attempt)."""
     data = exchange.rewrite(data)
     record = exchange.record
     if response.status == 200:

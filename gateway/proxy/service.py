@@ -39,6 +39,29 @@ PIN_SEPARATOR: Final = "@"
 JSON_WATCH_DELAY_S: Final = 0.2
 
 
+class _UpstreamRequests(list[UpstreamResponse]):
+    """The upstream requests of one exchange. Once its client has left, every one is
+    aborted, including one sent after the leaving was noticed (the h1client appends a
+    response as soon as its request is sent)."""
+
+    __slots__ = ("aborted",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.aborted = False
+
+    def append(self, response: UpstreamResponse) -> None:
+        super().append(response)
+        if self.aborted:
+            response.abort()
+
+    def abort_all(self) -> None:
+        # The client is gone: drop the upstream connections so the engine frees the slot.
+        self.aborted = True
+        for response in self:
+            response.abort()
+
+
 @dataclass(slots=True)
 class _Failures:
     """What went wrong so far, to pick the error the client finally gets, and the endpoints
@@ -219,12 +242,8 @@ class ProxyService:
                 listener.exchange_done(done)
 
     async def _forward(self, exchange: Exchange, tenant: Tenant) -> None:
-        current: list[UpstreamResponse] = []
-
-        def abort_upstream() -> None:
-            # The client is gone: drop the upstream connection so the engine frees the slot.
-            for response in current:
-                response.abort()
+        current = _UpstreamRequests()
+        abort_upstream = current.abort_all
 
         channel = exchange.channel
         if exchange.record.stream:
@@ -260,7 +279,9 @@ class ProxyService:
             # Every eligible tier is full: wait in the chosen tier's bounded queue, briefly.
             tier = plan[0]
             endpoint = await tier.wait_for_slot(self.resilience.queue_timeout_s)
-            if endpoint is not None and await self._try(
+            if endpoint is not None and exchange.channel.disconnected:
+                endpoint.slot_freed()  # its client left while it queued: the next waiter's
+            elif endpoint is not None and await self._try(
                 exchange, tier, endpoint, failures, current
             ):
                 return
@@ -301,6 +322,8 @@ class ProxyService:
                 continue
             tried: set[EndpointState] = set()
             while (endpoint := tier.pick(tried)) is not None:
+                if exchange.channel.disconnected:
+                    return False  # nobody is left to answer: send nothing more upstream
                 tried.add(endpoint)
                 try:
                     await run(exchange, tier, endpoint, current)

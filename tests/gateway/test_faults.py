@@ -349,6 +349,43 @@ def test_full_tier_queues_briefly_instead_of_failing(fault_ladder: Ladder) -> No
         assert all(headers["x-tiergate-tier"] == "bf16" for _, headers, _ in results)
 
 
+def test_a_client_that_leaves_while_queued_is_never_sent_upstream(fault_ladder: Ladder) -> None:
+    """A JSON request waiting in a full tier's queue whose client leaves: when the slot
+    frees, it is not sent (it was, and held the engine and the tenant's slot for nobody)."""
+    import http.client
+
+    data = settings(
+        fault_ladder,
+        resilience={"queue_timeout_s": 5.0, "health_interval_s": 60},
+        timeouts={"connect_s": 1.0, "first_byte_s": 5.0, "total_s": 10.0},
+    ).model_dump(mode="json")
+    data["tenants"][0]["api_keys"] = [API_KEY]
+    data["tenants"][0]["limits"] = {"max_concurrency": 2}
+    for tier in data["tiers"]:
+        tier["max_inflight_per_endpoint"] = 1
+    nvfp4 = fault_ladder.sims[0]
+    from gateway.config import parse_settings
+
+    body = json.dumps({"model": f"{MODEL}@nvfp4", "messages": [{"role": "user", "content": "hi"}]})
+    headers = {"authorization": f"Bearer {API_KEY}", "content-type": "application/json"}
+    with GatewayThread(parse_settings(data), policy_factory=fixed_policy(0)) as gw:
+        before = nvfp4.stats()["requests"]
+        nvfp4.faults(added_latency_s=1.0)
+        first = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10)
+        first.request("POST", "/v1/chat/completions", body=body, headers=headers)
+        time.sleep(0.2)  # the first request holds the only slot
+        queued = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10)
+        queued.request("POST", "/v1/chat/completions", body=body, headers=headers)
+        time.sleep(0.4)  # queued, and watched for leaving (after JSON_WATCH_DELAY_S)
+        queued.close()
+        assert first.getresponse().status == 200
+        first.close()
+        time.sleep(0.5)  # when the queued request would have gone upstream
+        assert nvfp4.stats()["requests"] - before == 1
+        endpoint = gw.app.runtime.tiers[0].endpoints[0]
+        assert endpoint.inflight == 0 and gw.app.admission.inflight["default"] == 0
+
+
 def test_a_slot_freed_by_a_request_from_before_a_reload_wakes_the_queue(
     fault_ladder: Ladder,
 ) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from gateway.config import parse_settings
 from tests.fakes import FakeUpstream, Reply
-from tests.helpers import API_KEY, MODEL, GatewayThread, send
+from tests.helpers import API_KEY, MODEL, GatewayThread, fixed_policy, send
 
 
 @pytest.fixture()
@@ -189,6 +189,39 @@ def test_per_chunk_usage_stays_off_when_the_client_did_not_ask_for_usage(
     )
     assert status == 200
     assert cheap.last_json()["stream_options"] == {"include_usage": True}
+
+
+def test_a_json_answer_cut_mid_body_fails_over_and_counts_against_its_endpoint() -> None:
+    """Nothing reaches the client before a JSON body is read whole: a body the upstream cuts
+    short is a failed attempt (the circuit counts it), and the next tier serves."""
+    with FakeUpstream() as cheap, FakeUpstream() as top:
+        cheap.reply = Reply(body=b'{"id":', declared_length=500)
+        top.reply = Reply(body=b'{"id":"x","model":"served/top","choices":[]}')
+        settings = parse_settings(
+            {
+                "model": MODEL,
+                "tiers": [
+                    {"name": "nvfp4", "precision": "nvfp4", "endpoints": [cheap.url]},
+                    {
+                        "name": "bf16",
+                        "precision": "bf16",
+                        "endpoints": [top.url],
+                        "served_model_name": "served/top",
+                    },
+                ],
+                "tenants": [{"name": "t", "api_keys": [API_KEY]}],
+            }
+        )
+        with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
+            status, headers, body = call(
+                gw, {"model": MODEL, "messages": [{"role": "user", "content": "x"}]}
+            )
+            assert status == 200 and headers["x-tiergate-tier"] == "bf16"
+            assert orjson.loads(body)["model"] == MODEL
+            circuit = gw.app.runtime.tiers[0].endpoints[0].circuit
+            assert circuit.consecutive_failures == 1
+            labels = {"tier": "nvfp4", "endpoint": cheap.url, "outcome": "protocol_error"}
+            assert gw.settled_metric("tiergate_upstream_attempts_total", labels, 1) == 1
 
 
 def test_completions_endpoint_forwards_to_completions(

@@ -198,7 +198,7 @@ def test_close_mid_body_fails_the_stream() -> None:
     async def body(pool: ConnectionPool) -> None:
         response = await pool.request(request(pool), first_byte_timeout_s=2, total_timeout_s=5)
         received = []
-        with pytest.raises(UpstreamConnectError):
+        with pytest.raises(UpstreamProtocolError, match="mid-answer"):
             async for chunk in response:
                 received.append(chunk)
         assert received == [b"data: a\n\n"]
