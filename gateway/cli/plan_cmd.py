@@ -8,6 +8,7 @@ and prints the plan; `--write DIR` also writes the vLLM arguments per tier as a 
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,8 +118,9 @@ def fetch_gateway_regime(url: str, token: str | None, timeout_s: float = 10.0) -
 
 
 def _first(*values: Any) -> float | None:
+    """The first finite number among `values` (what a JSON document says, or None)."""
     for v in values:
-        if isinstance(v, int | float) and not isinstance(v, bool):
+        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
             return float(v)
     return None
 
@@ -162,7 +164,7 @@ def tier_regimes_from_gateway(doc: dict[str, Any]) -> dict[str, GatewayTier]:
         c = per_engine_concurrency(
             _first(conc.get("mean")),
             _first(conc.get("engine_mean")),
-            1 if endpoints is None else int(endpoints),
+            1 if endpoints is None else max(1, int(endpoints)),
         )
         if c is None or c <= 0:
             out[str(name)] = GatewayTier(precision, None, "no traffic in the window", current)

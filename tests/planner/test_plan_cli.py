@@ -419,6 +419,13 @@ def test_plan_from_gateway_takes_c_as_the_live_planner_does(
                 "r": {"r_iid": 0.3},
                 "lengths": {"l_in": 1000.0, "l_out": 0.0},  # no completed request yet
             },
+            # A non-finite count (JSON's Infinity) reads as unknown: one engine.
+            "odd_count": {
+                "precision": "bf16",
+                "concurrency": {"mean": 40.0, "endpoints": float("inf")},
+                "rho": {"lru": 0.5},
+                "r": {"r_iid": 0.3},
+            },
         }
     }
     # On an H200 NVFP4 is emulated (Marlin); the tier runs it anyway, so it is planned.
@@ -432,3 +439,4 @@ def test_plan_from_gateway_takes_c_as_the_live_planner_does(
     assert doc["tiers"]["engine_only"]["regime"]["concurrency"] == 40.0
     assert doc["tiers"]["replicated"]["regime"]["concurrency"] == 10.0
     assert doc["tiers"]["replicated"]["regime"]["l_out"] is None
+    assert doc["tiers"]["odd_count"]["regime"]["concurrency"] == 40.0
