@@ -28,13 +28,22 @@ _SIGN = re.compile(r"(?<!\w)[-\u2212](?=\d)")
 # Answer-level judges only apply when the reference states a final answer explicitly; a
 # letter or a number somewhere in free text is not an answer. Of several statements the
 # last one counts (a model that corrects itself means its last word).
-_ANSWER_IS = r"\b(?i:answer)\s*(?:(?i:is)\s*:?|:)\s*"
-# The keyword in any case, the letter in upper case: after "the answer is", a lower-case
-# "a" is far more often the article than option A. A lower-case letter counts only where it
-# cannot start a word: in parentheses, or alone at the end of its line. "I" followed by a
-# word is the pronoun ("the answer is I think B"): no letter, the next judge decides.
+# No two `\s*` meet (around an optional colon they did): a run of spaces has one way to
+# match, so a long one cannot make the search backtrack quadratically.
+_ANSWER_IS = r"\b(?i:answer)\s*(?:(?i:is)(?:\s*:)?|:)\s*"
+# A letter is a word of its own ("b," but not "because"; not "e.g.").
+_ALONE = r"(?![\w'’]|\.\w)"
+# The keyword in any case. After "the answer is", a lower-case "a" is far more often the
+# article than option A, and "i" the pronoun: those two count only in parentheses or alone
+# at the end of their line. "I" followed by a word is the pronoun ("the answer is I think
+# B"): no letter, the next judge decides.
 _STATED_LETTER: Final = re.compile(
-    _ANSWER_IS + r"(?:\(([A-Ja-j])\)|([A-HJ]|I(?!\s+[a-z]))(?![\w'’])|([a-j])[.)]?[ \t]*$)",
+    _ANSWER_IS
+    + r"(?:\(([A-Ja-j])\)|([A-HJ]|I(?!\s+[a-z]))"
+    + _ALONE
+    + r"|([b-hj])"
+    + _ALONE
+    + r"|([a-j])[.)]?[ \t]*$)",
     re.M,
 )
 _LETTER_LINE: Final = re.compile(r"^[ \t]*\(?([A-J])[).:]?[ \t]*$", re.M)
@@ -46,7 +55,8 @@ _LETTER_LINE: Final = re.compile(r"^[ \t]*\(?([A-J])[).:]?[ \t]*$", re.M)
 _NUMBER = r"""
     (?P<sign>[-+\u2212])?\$?
     (?:
-        \\d?frac\{(?P<numerator>\d+)\}\{(?P<denominator>\d+)\}
+        \\[dt]?frac\s*(?:\{\s*(?P<numerator>\d+)\s*\}|(?P<numerator_digit>\d))
+        \s*(?:\{\s*(?P<denominator>\d+)\s*\}|(?P<denominator_digit>\d))
       | (?P<mantissa>(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)
         (?:
             /(?P<over>\d+)
@@ -55,7 +65,9 @@ _NUMBER = r"""
           | \s*(?:[x×*]|\\times|\\cdot)\s*10\s*(?:\^|\*\*)\s*\{?(?P<sci>[-+]?\d+)\}?
         )?
     )
-    (?!\w)
+    (?:[^\W\d_]{1,8}(?!\w))?                  # a unit or ordinal glued on: 5cm, 12kg, 7th
+    (?!\w|[.:/]\d)                             # not part of a time, version or date
+    (?!\s*[-+*/^=×÷]\s*(?:\d|\(|[^\W\d_]\b))   # not the start of an expression: 2x + 3
 """
 _NUMBER_TOKEN: Final = re.compile(_NUMBER, re.X)
 # A stated answer may be a list ("1, 5 and 7"): the whole list is the answer.
@@ -68,21 +80,43 @@ _STATED_NUMBERS: Final = re.compile(
     rf"(?P<answer>{_ANY_NUMBER}(?:{_LIST_SEPARATOR}{_ANY_NUMBER})*)",
     re.X,
 )
-_MAX_POWER_DIGITS = 100_000  # digits a power may have before it is not compared
-# Answer-level judges read the end of an answer, where it states its result: judging runs on
-# the event loop, and a degenerate answer (a 4-bit tier repeating itself) can be long.
-ANSWER_TAIL_CHARS: Final = 4096
+_MAX_POWER_DIGITS = 10_000  # digits a power may have before it is not compared
+_MAX_LISTED = 32  # numbers a stated answer may list before it is not compared
+# Answer-level judges read the start and the end of a long answer, where answers state their
+# result: judging runs on the event loop, and a degenerate answer (a 4-bit tier repeating
+# itself) can be long.
+ANSWER_EDGE_CHARS: Final = 4096
+
+
+def answer_region(text: str) -> str:
+    """What answer-level judges read: the whole text, or its first and last 4 KB."""
+    if len(text) <= 2 * ANSWER_EDGE_CHARS:
+        return text
+    return f"{text[:ANSWER_EDGE_CHARS]}\n{text[-ANSWER_EDGE_CHARS:]}"
+
+
+class _PunctuationToSpace(dict[int, str | int]):
+    """A `str.translate` table that maps every Unicode punctuation character to a space,
+    filled per character on first sight (so the translation runs in C, not a Python loop)."""
+
+    def __missing__(self, codepoint: int) -> str | int:
+        mapped: str | int = (
+            " " if unicodedata.category(chr(codepoint)).startswith("P") else codepoint
+        )
+        self[codepoint] = mapped
+        return mapped
+
+
+_PUNCTUATION_TO_SPACE: Final = _PunctuationToSpace()
+_KEPT_SIGN: Final = "\x00"  # stands for a number's minus sign while punctuation goes
 
 
 def normalize(text: str) -> str:
     """Unicode-folded, lower-case, punctuation removed (but not a number's minus sign),
     single-spaced (SQuAD-style)."""
-    folded = unicodedata.normalize("NFKC", text).casefold()
-    signs = {match.start() for match in _SIGN.finditer(folded)}
-    stripped = "".join(
-        "-" if index in signs else " " if unicodedata.category(ch).startswith("P") else ch
-        for index, ch in enumerate(folded)
-    )
+    folded = unicodedata.normalize("NFKC", text).casefold().replace(_KEPT_SIGN, " ")
+    marked = _SIGN.sub(_KEPT_SIGN, folded)
+    stripped = marked.translate(_PUNCTUATION_TO_SPACE).replace(_KEPT_SIGN, "-")
     return _SPACES.sub(" ", stripped).strip()
 
 
@@ -97,7 +131,7 @@ def normalized(candidate: str, reference: str, request: Mapping[str, Any]) -> Ve
 def choice_letter(text: str) -> str | None:
     """The multiple-choice letter an answer commits to: the last "answer is X", else the
     last line that is only a letter; None when it states none clearly."""
-    text = text[-ANSWER_TAIL_CHARS:]
+    text = answer_region(text)
     stated = list(_STATED_LETTER.finditer(text))
     if stated:
         groups = stated[-1].groups()
@@ -111,8 +145,10 @@ def number_value(token: re.Match[str]) -> Fraction | None:
     parts = token.groupdict()
     value: Fraction | None
     try:
-        if parts["numerator"] is not None:
-            value = Fraction(int(parts["numerator"]), int(parts["denominator"]))
+        numerator = parts["numerator"] or parts["numerator_digit"]
+        if numerator is not None:
+            denominator = parts["denominator"] or parts["denominator_digit"]
+            value = Fraction(int(numerator), int(str(denominator)))
         else:
             value = _mantissa_value(parts)
     except (ValueError, ZeroDivisionError):  # 1/0, or more digits than int() accepts
@@ -145,11 +181,14 @@ def _power(base: Fraction, exponent: int, base_digits: int, factor: Fraction) ->
 def final_numbers(text: str) -> tuple[Fraction, ...] | None:
     """The final answer's numbers, exact ("the answer is 42", "#### 3/4", "\\boxed{2^{10}}",
     "the answer is 1, 5 and 7"); None when the text states no numeric answer."""
-    text = text[-ANSWER_TAIL_CHARS:]
+    text = answer_region(text)
     stated = list(_STATED_NUMBERS.finditer(text))
     if not stated:
         return None
-    values = [number_value(token) for token in _NUMBER_TOKEN.finditer(stated[-1]["answer"])]
+    tokens = list(_NUMBER_TOKEN.finditer(stated[-1]["answer"]))
+    if len(tokens) > _MAX_LISTED:
+        return None
+    values = [number_value(token) for token in tokens]
     if not values or any(value is None for value in values):
         return None
     return tuple(value for value in values if value is not None)

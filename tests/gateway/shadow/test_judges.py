@@ -1,20 +1,26 @@
 from __future__ import annotations
 
 import json
+import re
+import unicodedata
 from collections.abc import Mapping
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gateway.config import ConfigError, default_settings, parse_settings
 from gateway.shadow.judges import (
     Verdict,
+    choice,
     choice_letter,
     final_numbers,
     judge,
     normalize,
+    number,
     resolve,
 )
 from gateway.shadow.labels import LabelLog
@@ -214,12 +220,64 @@ def test_label_log_without_backups_truncates_instead_of_growing(tmp_path: Path) 
     assert json.loads(path.read_text().splitlines()[-1])["id"] == "999"
 
 
-def test_answer_level_judges_read_the_end_of_an_answer() -> None:
-    """Judging runs on the event loop: a degenerate answer is read only at its end (where an
-    answer states its result), and runs of spaces cannot make the number search backtrack
-    (50,000 spaces after a number took 8 s before the separator was made unambiguous)."""
-    stated_then_rambling = "The answer is 7. " + "and so on " * 1000
-    assert final_numbers(stated_then_rambling) is None
-    assert choice_letter("The answer is B. " + "blah " * 1000) is None
-    assert final_numbers("blah " * 1000 + "The answer is 1, 5 and 7") == (1, 5, 7)
+def test_answer_level_judges_read_the_start_and_the_end_of_a_long_answer() -> None:
+    """Judging runs on the event loop: a long answer is read at its first and last 4 KB,
+    where answers state their result ("The answer is B." then an explanation, or reasoning
+    then the answer), and runs of spaces cannot make a search backtrack (50,000 spaces
+    after a number took 8 s before the patterns were made unambiguous)."""
+    explanation = "Option B is correct because the mitochondria make ATP. " * 200
+    assert choice("The answer is B.\n\n" + explanation, "The answer is B.", {})
+    assert choice("B\n\n" + explanation, "The answer is B.", {})
+    assert number("#### 42\n\n" + explanation, "#### 42", {})
+    assert final_numbers(explanation + "The answer is 1, 5 and 7") == (1, 5, 7)
+    assert final_numbers(explanation + "The answer is 7. " + explanation) is None  # mid-text
     assert final_numbers("The answer is 1" + " " * 4_000 + "and") == (1,)
+    assert choice_letter("Let me think. The answer is" + "\n" * 4_000) is None
+
+
+@pytest.mark.parametrize(
+    ("candidate", "reference", "adequate"),
+    [
+        ("The final answer is 5cm.", "The final answer is 5 cm.", True),
+        ("The answer is 12kg", "The answer is 12 kg", True),
+        ("The answer is 7th", "The answer is 7", True),
+        ("The answer is 3:45", "The answer is 3:30", None),  # a time is not one number
+        ("The answer is 1.2.4", "The answer is 1.2.3", None),  # nor a version
+        ("The answer is 2x + 5", "The answer is 2x + 3", None),  # nor an expression
+        ("The answer is 42 - the others are wrong.", "The answer is 42.", True),
+        ("\\boxed{\\frac12}", "\\boxed{\\frac{1}{2}}", True),
+        ("\\boxed{\\tfrac{1}{2}}", "\\boxed{\\frac{1}{2}}", True),
+    ],
+)
+def test_numbers_with_units_fractions_and_what_is_not_one_number(
+    candidate: str, reference: str, adequate: bool | None
+) -> None:
+    verdict = number(candidate, reference, {})
+    assert verdict is adequate or (adequate is None and verdict is None)
+
+
+@pytest.mark.parametrize(
+    ("candidate", "reference", "adequate"),
+    [
+        ("The answer is b, because the others are wrong.", "The answer is B.", True),
+        ("The answer is c since c is larger.", "The answer is C.", True),
+        ("The answer is a total of 45 apples.", "The answer is A.", False),
+        ("The answer is e.g. the first one.", "The answer is E.", False),
+    ],
+)
+def test_lower_case_letters_other_than_a_and_i_are_options(
+    candidate: str, reference: str, adequate: bool
+) -> None:
+    assert choice(candidate, reference, {}) is adequate
+
+
+@given(st.text(alphabet=st.characters(blacklist_characters="\x00"), max_size=60))
+def test_normalize_is_its_plain_definition(text: str) -> None:
+    """The translate-table normalisation equals the per-character definition."""
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    signs = {match.start() for match in re.finditer(r"(?<!\w)[-\u2212](?=\d)", folded)}
+    stripped = "".join(
+        "-" if i in signs else " " if unicodedata.category(ch).startswith("P") else ch
+        for i, ch in enumerate(folded)
+    )
+    assert normalize(text) == re.sub(r"\s+", " ", stripped).strip()
