@@ -55,6 +55,11 @@ _VLLM_ERROR_TYPES = {
 }
 
 
+def _has_empty_text_prompt(prompt: Any) -> bool:
+    """An empty string among the prompts (vLLM's renderer refuses it, naming the field)."""
+    return prompt == "" or (isinstance(prompt, list) and "" in prompt)
+
+
 class SimError(Exception):
     def __init__(self, status: int, message: str, param: str | None = None) -> None:
         super().__init__(message)
@@ -252,6 +257,13 @@ class SimServer:
             prompts = [(prompt, prompt) for prompt in _prompt_texts(request["prompt"])]
             if not prompts:
                 raise SimError(400, "You must pass at least one prompt")
+            if _has_empty_text_prompt(request["prompt"]):
+                raise SimError(
+                    400,
+                    "Either prompt or prompt_embeds must be provided and non-empty. "
+                    "(parameter=prompt)",
+                    "prompt",
+                )
             if any(not prompt for prompt, _ in prompts):
                 # vLLM's input processor refuses a prompt of no tokens (ours: no text).
                 raise SimError(400, "The decoder prompt cannot be empty")
