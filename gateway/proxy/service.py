@@ -44,11 +44,7 @@ class _UpstreamRequests(list[UpstreamResponse]):
     aborted, including one sent after the leaving was noticed (the h1client appends a
     response as soon as its request is sent)."""
 
-    __slots__ = ("aborted",)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.aborted = False
+    aborted = False  # a class default: one is built per request, without a Python __init__
 
     def append(self, response: UpstreamResponse) -> None:
         super().append(response)
