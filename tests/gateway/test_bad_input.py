@@ -101,6 +101,11 @@ def test_unknown_tier_header_is_404(gw: GatewayThread) -> None:
     headers = {"authorization": f"Bearer {API_KEY}", "x-tiergate-tier": "int2"}
     status, response = post(gw, json.dumps(CHAT).encode(), headers)
     assert_openai_error(status, response, 404)
+    # A pin is matched against tier names, never echoed into a response header.
+    injected = {"authorization": f"Bearer {API_KEY}", "x-tiergate-tier": "int2 x-evil: 1"}
+    reply = send("POST", f"{gw.url}/v1/chat/completions", CHAT, key=None, headers=injected)
+    assert reply.status == 404
+    assert not any("int2" in value or "evil" in value for value in reply.headers.values())
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -229,6 +230,8 @@ def test_drop_mid_stream_ends_with_an_error_event(fault_ladder: Ladder) -> None:
             )
             == 1
         )
+        # A stream cut after its first byte is the endpoint's failure: its circuit counts it.
+        assert gw.app.runtime.tiers[0].endpoints[0].circuit.consecutive_failures == 1
 
 
 def test_refused_connections_escalate(fault_ladder: Ladder) -> None:
@@ -415,6 +418,36 @@ def test_a_slot_freed_by_a_request_from_before_a_reload_wakes_the_queue(
         status, headers, _ = chat(gw)  # queues on the reloaded tier
         assert first.result()[0] == 200
         assert status == 200 and headers["x-tiergate-tier"] == "bf16"
+
+
+def test_ready_is_503_while_no_tier_is_usable() -> None:
+    from gateway.config import parse_settings
+
+    nowhere = [f"http://127.0.0.1:{free_port()}/v1" for _ in range(2)]  # nothing listens
+    config = parse_settings(
+        {
+            "model": MODEL,
+            "tiers": [
+                {"name": "nvfp4", "precision": "nvfp4", "endpoints": [nowhere[0]]},
+                {"name": "bf16", "precision": "bf16", "endpoints": [nowhere[1]]},
+            ],
+            "tenants": [{"name": "t", "api_keys": [API_KEY]}],
+            "resilience": {"health_interval_s": 0.2},
+        }
+    )
+
+    def ready() -> tuple[int, Any]:
+        try:
+            with urllib.request.urlopen(f"{gw.url}/ready", timeout=5) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
+    with GatewayThread(config, policy_factory=fixed_policy(0)) as gw:
+        deadline = time.monotonic() + 5
+        while ready()[0] != 503 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ready() == (503, {"ready": False, "tiers": {"nvfp4": False, "bf16": False}})
 
 
 def test_health_checks_take_endpoints_out_and_back(fault_ladder: Ladder) -> None:
