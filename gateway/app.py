@@ -61,6 +61,8 @@ log = logging.getLogger("tiergate")
 PolicyFactory = Callable[[Settings], RoutingPolicy]
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 CONFIG_ENV = "TIERGATE_CONFIG"
+# A copy of the last configuration the `serve --workers` supervisor found valid.
+LAST_VALID_CONFIG_ENV = "TIERGATE_LAST_VALID_CONFIG"
 # What an invalid configuration can raise while a runtime is built from it: the settings
 # themselves, the tenants' keys, the router model directory, files that cannot be read.
 RELOAD_ERRORS: tuple[type[Exception], ...] = (ConfigError, ValueError, OSError, RouterError)
@@ -131,6 +133,8 @@ class Gateway:
     # -- construction ---------------------------------------------------------------------
     def _build_runtime(self, settings: Settings, previous: GatewayRuntime | None) -> GatewayRuntime:
         """Builds every config-derived object; raises on anything invalid, changing nothing."""
+        if previous is not None:
+            _refuse_restart_only_changes(previous.settings, settings)
         tenants = TenantRegistry(settings, self.environ)
         tiers = build_tiers(settings, endpoints_by_url(previous.tiers) if previous else None)
         policy = self.policy_factory(settings)
@@ -170,6 +174,8 @@ class Gateway:
         so a refused reload has changed nothing."""
         old = self.runtime if self._installed else None
         self._installed = True
+        # Limiters built from here on hold a shared slot for at most one whole request.
+        self.admission.max_request_s = runtime.settings.timeouts.total_s
         self.admission.configure(runtime.tenants.tenants)
         self.metrics.tenant_top_tier = {
             name: tenant.top_tier for name, tenant in runtime.tenants.tenants.items()
@@ -424,25 +430,50 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
     return response
 
 
+def _refuse_restart_only_changes(running: Settings, new: Settings) -> None:
+    """Settings a running gateway cannot swap (its limit store is built once): a reload that
+    changes them is refused, not half-applied."""
+    if new.shared_limits != running.shared_limits:
+        raise ConfigError(
+            "shared_limits cannot change on a reload (the limit store is set up at start); "
+            "restart the gateway to apply it"
+        )
+
+
 def check_settings(
     settings: Settings, policy_factory: PolicyFactory, environ: Mapping[str, str] | None = None
 ) -> None:
     """Raises one of RELOAD_ERRORS for what pydantic cannot see in a configuration: keys shared
-    between tenants, a router model that does not load. `serve --workers` runs it before
-    starting any worker, so a bad file fails once instead of crash-looping every worker."""
-    TenantRegistry(settings, dict(os.environ) if environ is None else environ)
+    between tenants, a router model that does not load, a label log that cannot be written, a
+    Redis URL without the redis package. `serve --workers` runs it before starting any worker,
+    so a bad file fails once instead of crash-looping every worker."""
+    env = dict(os.environ) if environ is None else environ
+    TenantRegistry(settings, env)
     policy_factory(settings)
+    _redis_client(settings, env)
+    if settings.shadow.label_log is not None:
+        LabelLog(Path(settings.shadow.label_log))  # what every worker's shadow sampler opens
 
 
 def create_app_from_env() -> Gateway:
     """The factory each worker process calls (`tiergate serve --workers N`): the config
-    path comes from $TIERGATE_CONFIG, set by the parent."""
+    path comes from $TIERGATE_CONFIG, set by the parent.
+
+    A worker that replaces a dead one while the file is invalid (its siblings refused that
+    reload and keep serving) starts on the last valid configuration the supervisor kept
+    ($TIERGATE_LAST_VALID_CONFIG), and keeps watching the file."""
     from gateway.routing.factory import build_policy
 
     path = Path(os.environ[CONFIG_ENV])
-    return build_app(
-        load_settings(path), policy_factory=build_policy, config_path=path, watch_config=True
-    )
+    try:
+        settings = load_settings(path)
+    except ConfigError as exc:
+        kept = os.environ.get(LAST_VALID_CONFIG_ENV)
+        if not kept:
+            raise
+        log.error("%s; starting on the last valid configuration", exc)
+        settings = load_settings(Path(kept))
+    return build_app(settings, policy_factory=build_policy, config_path=path, watch_config=True)
 
 
 def build_app(

@@ -106,7 +106,8 @@ PARENT_PID_ENV = "TIERGATE_PARENT_PID"
 
 
 def die_with_parent() -> None:
-    """In a child started by `running_sims`: exit when the parent process dies.
+    """In a child started by `running_sims` or `serve_workers`: exit when the parent process
+    dies.
 
     Linux delivers SIGTERM on parent death once asked (prctl PR_SET_PDEATHSIG); checking
     the parent id afterwards closes the race where the parent died before the call.
@@ -215,11 +216,26 @@ def serve_workers(config_path: Path, host: str, port: int, workers: int) -> None
     if not directory:
         created = tempfile.mkdtemp(prefix="tiergate-metrics-")
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = created
+    from gateway.app import LAST_VALID_CONFIG_ENV, check_settings
+    from gateway.config import load_settings
+    from gateway.last_valid import LastValidConfig
+    from gateway.routing.factory import build_policy
     from gateway.workers import WorkerSupervisor
 
+    kept_dir = tempfile.mkdtemp(prefix="tiergate-config-")
+    kept = LastValidConfig(
+        config_path.resolve(),
+        Path(kept_dir) / "last-valid.yaml",
+        lambda path: check_settings(load_settings(path), build_policy),
+    )
+    os.environ[LAST_VALID_CONFIG_ENV] = str(kept.copy)
+    # Workers end with the supervisor, even a SIGKILLed one (`die_with_parent`), instead of
+    # serving on as orphans that hold the port.
+    os.environ[PARENT_PID_ENV] = str(os.getpid())
     try:
-        WorkerSupervisor(host, port, workers).run()
+        WorkerSupervisor(host, port, workers, watch=kept.refresh).run()
     finally:
+        shutil.rmtree(kept_dir, ignore_errors=True)
         if created is not None:  # ours alone: nothing reads it once the workers are gone
             shutil.rmtree(created, ignore_errors=True)
 

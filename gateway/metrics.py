@@ -147,14 +147,18 @@ class GatewayMetrics:
             "Observed concurrency C per tier over the rolling window (stat: mean, p50, p95).",
             ["tier", "stat"],
             registry=registry,
-            multiprocess_mode="max",
+            # Each worker sees its share of the traffic: the tier's C is their sum (its mean
+            # exactly, its quantiles approximately), over live workers only.
+            multiprocess_mode="livesum",
         )
+        # Per-worker estimates merge as the largest among live workers (a dead worker's file
+        # no longer counts).
         self.regime_prefix_share = Gauge(
             "tiergate_regime_prefix_share",
             "Prefix-share rate rho per tier (source: replay_unbounded, replay_lru, engine).",
             ["tier", "source"],
             registry=registry,
-            multiprocess_mode="max",
+            multiprocess_mode="livemax",
         )
         self.regime_repetitiveness = Gauge(
             "tiergate_regime_repetitiveness",
@@ -162,7 +166,7 @@ class GatewayMetrics:
             "(source: replay, engine).",
             ["tier", "source"],
             registry=registry,
-            multiprocess_mode="max",
+            multiprocess_mode="livemax",
         )
         self.flag_recommended = Gauge(
             "tiergate_flag_recommended",
@@ -170,21 +174,21 @@ class GatewayMetrics:
             "(flag: speculative_decoding, prefix_caching).",
             ["tier", "flag"],
             registry=registry,
-            multiprocess_mode="max",
+            multiprocess_mode="livemax",
         )
         self.flag_running = Gauge(
             "tiergate_flag_running",
             "1 when the tier runs with the flag on (from config or vllm:cache_config_info).",
             ["tier", "flag"],
             registry=registry,
-            multiprocess_mode="max",
+            multiprocess_mode="livemax",
         )
         self.flag_drift = Gauge(
             "tiergate_flag_drift",
             "1 when the running flag differs from the recommendation.",
             ["tier", "flag"],
             registry=registry,
-            multiprocess_mode="max",
+            multiprocess_mode="livemax",
         )
         self.expected_cpt = Gauge(
             "tiergate_planner_expected_cost_per_token_seconds",
@@ -192,7 +196,7 @@ class GatewayMetrics:
             "configuration (config: recommended, running).",
             ["tier", "config"],
             registry=registry,
-            multiprocess_mode="max",
+            multiprocess_mode="livemax",
         )
         # -- router calibration and shadow evaluation (per tenant and tier) ---------------
         self.shadow_requests = Counter(
@@ -214,28 +218,28 @@ class GatewayMetrics:
             "Mean predicted P(adequate) of shadow-labelled requests over the recent window.",
             ["tenant", "tier"],
             registry=registry,
-            multiprocess_mode="max",
+            multiprocess_mode="livemax",
         )
         self.calibration_observed = Gauge(
             "tiergate_calibration_observed_adequacy",
             "Observed adequacy (shadow agreement with the top tier) over the recent window.",
             ["tenant", "tier"],
             registry=registry,
-            multiprocess_mode="max",
+            multiprocess_mode="livemax",
         )
         self.calibration_ece = Gauge(
             "tiergate_calibration_ece",
             "Expected calibration error of the tier's probabilities on recent shadow labels.",
             ["tenant", "tier"],
             registry=registry,
-            multiprocess_mode="max",
+            multiprocess_mode="livemax",
         )
         self.calibration_drift = Gauge(
             "tiergate_calibration_drift",
             "1 when observed adequacy falls below predicted by more than the alarm margin.",
             ["tenant", "tier"],
             registry=registry,
-            multiprocess_mode="max",
+            multiprocess_mode="livemax",
         )
         self.recalibrations = Counter(
             "tiergate_recalibrations",

@@ -28,6 +28,7 @@ STOP_GRACE_S = 35.0  # uvicorn's graceful shutdown (30 s) plus a margin
 # row stop the supervisor instead of restarting forever.
 FAILED_START_S = 10.0
 MAX_FAILED_STARTS = 5
+WATCH_INTERVAL_S = 1.0
 
 
 def reuseport_socket(host: str, port: int) -> socket.socket:
@@ -51,24 +52,40 @@ def _accepting(host: str, port: int) -> bool:
 
 
 def _worker_main(host: str, port: int) -> None:
+    # Until the gateway installs its reload handler, a SIGHUP the supervisor forwards would
+    # end the worker (the default action); the file read at start is the current one anyway.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     from gateway.app import create_app_from_env
-    from gateway.launcher import freeze_startup_heap, gateway_server_options
+    from gateway.launcher import die_with_parent, freeze_startup_heap, gateway_server_options
 
+    die_with_parent()
     sock = reuseport_socket(host, port)
     app = create_app_from_env()
     freeze_startup_heap()
-    uvicorn.Server(uvicorn.Config(app, **gateway_server_options())).run(sockets=[sock])
+    # Ctrl-C reaches the whole process group; the supervisor drains the workers with SIGTERM,
+    # so a worker's uvicorn re-raising SIGINT after its graceful exit is no error.
+    with contextlib.suppress(KeyboardInterrupt):
+        uvicorn.Server(uvicorn.Config(app, **gateway_server_options())).run(sockets=[sock])
 
 
 class WorkerSupervisor:
     """Starts `count` workers, restarts the ones that die, stops them all on a signal."""
 
     def __init__(
-        self, host: str, port: int, count: int, target: Callable[[str, int], None] | None = None
+        self,
+        host: str,
+        port: int,
+        count: int,
+        target: Callable[[str, int], None] | None = None,
+        *,
+        watch: Callable[[], object] | None = None,
     ) -> None:
         self.host = host
         self.count = count
         self.target = target or _worker_main  # what a worker runs: (host, port)
+        # Called about once a second and before every replacement worker starts (it keeps
+        # the last valid configuration current).
+        self.watch = watch or (lambda: None)
         # SO_REUSEPORT lets a second supervisor bind the same port and split the traffic
         # with this one's workers: refuse when something already answers there.
         if port and _accepting(host, port):
@@ -110,6 +127,7 @@ class WorkerSupervisor:
         }
         previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
         failed_starts = 0
+        next_watch = time.monotonic() + WATCH_INTERVAL_S
         try:
             self._workers = [self._spawn() for _ in range(self.count)]
             while not self._stopping:
@@ -125,7 +143,11 @@ class WorkerSupervisor:
                             f"{process.exitcode}); stopping. Their error is in the log above."
                         )
                     time.sleep(RESTART_BACKOFF_S)
+                    self.watch()
                     self._workers[index] = self._spawn()
+                if time.monotonic() >= next_watch:
+                    self.watch()
+                    next_watch = time.monotonic() + WATCH_INTERVAL_S
                 time.sleep(0.2)
         finally:
             self.stop()

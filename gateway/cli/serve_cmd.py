@@ -6,6 +6,7 @@ import contextlib
 import enum
 import importlib.util
 import os
+import signal
 import sys
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
@@ -199,6 +200,9 @@ def serve(
     ] = None,
 ) -> None:
     """Run the gateway alone, in front of the tiers named in the configuration."""
+    # A SIGHUP before the reload handler is installed would end the process (the default
+    # action); the configuration read below is the current one anyway.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     from gateway.app import build_app, check_settings
     from gateway.launcher import exit_on_sigterm, freeze_startup_heap, serve_workers
     from gateway.routing.factory import build_policy

@@ -154,3 +154,32 @@ def test_graceful_shutdown_finishes_streams_in_flight(tmp_path: Path) -> None:
                 urllib.request.urlopen(f"{gw.url}/health", timeout=2)  # no longer accepting
     finally:
         slow.stop()
+
+
+def test_a_reload_that_changes_the_limit_store_is_refused() -> None:
+    """The Redis client of shared limits is built at start: a reload that adds, removes or
+    moves it is refused whole (it was accepted, shown by /admin/config, and not applied),
+    while the request timeout a reload changes reaches the limiters built from then on."""
+    from gateway.app import build_app
+    from gateway.config import ConfigError, parse_settings
+
+    def settings(**extra: Any) -> Any:
+        return parse_settings(
+            {
+                "model": MODEL,
+                "tiers": [
+                    {"name": "a", "precision": "nvfp4", "endpoints": ["http://127.0.0.1:9/v1"]},
+                    {"name": "b", "precision": "bf16", "endpoints": ["http://127.0.0.1:9/v1"]},
+                ],
+                "tenants": [{"name": "t", "api_keys": [API_KEY]}],
+                **extra,
+            }
+        )
+
+    app = build_app(settings(), environ={})
+    running = app.runtime
+    with pytest.raises(ConfigError, match="shared_limits cannot change"):
+        app.reload(settings(shared_limits={"redis_url": "redis://127.0.0.1:1/0"}))
+    assert app.runtime is running and app.admission.redis is None
+    app.reload(settings(timeouts={"total_s": 60}))
+    assert app.admission.max_request_s == 60

@@ -126,6 +126,103 @@ def test_a_killed_worker_is_replaced_and_the_port_keeps_answering(
                 assert response.status == 200
 
 
+@pytest.mark.slow
+def test_a_worker_replaced_while_the_file_is_invalid_starts_on_the_last_valid_one(
+    ladder: Ladder, tmp_path: Path
+) -> None:
+    """The running workers refuse a bad edit and keep serving; a worker that dies then is
+    replaced from the last valid configuration (it read the bad file, died at start five
+    times, and the supervisor stopped the healthy worker with it)."""
+    path = write_settings(tmp_path / "tiergate.yaml", ladder.settings())
+    metrics_dir = tmp_path / "metrics"
+    log_path = tmp_path / "serve.log"
+    process = GatewayProcess(
+        path, env={"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)}, log_path=log_path
+    )
+    process.argv_extra = ["--workers", "2"]
+
+    def worker_pids() -> set[int]:
+        return {int(f.stem.split("_")[-1]) for f in metrics_dir.glob("gauge_max_*.db")}
+
+    with process as gw:
+        deadline = time.monotonic() + 20
+        while len(worker_pids()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        before = worker_pids()
+        assert len(before) == 2
+        path.write_text(path.read_text() + "\ntiers: 5\n")  # invalid from now on
+        time.sleep(2.5)  # the workers' file watch refuses it
+        os.kill(min(before), signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while len(worker_pids() - before) < 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(worker_pids() - before) == 1  # a replacement started
+        time.sleep(3)  # longer than a failed start's restart back-off
+        assert gw.process is not None and gw.process.poll() is None  # the supervisor serves
+        for _ in range(20):
+            with urllib.request.urlopen(f"{gw.url}/ready", timeout=10) as response:
+                assert response.status == 200
+        assert "starting on the last valid configuration" in log_path.read_text()
+
+
+@pytest.mark.slow
+def test_workers_survive_an_early_sighup_and_end_with_their_supervisor(
+    ladder: Ladder, tmp_path: Path
+) -> None:
+    """A SIGHUP forwarded before a worker installed its reload handler ended the worker (the
+    default action) and counted as a failed start; a SIGKILLed supervisor left its workers
+    serving as orphans that hold the port."""
+    from gateway.launcher import stop_processes, wait_healthy
+    from tests.helpers import free_port
+
+    path = write_settings(tmp_path / "tiergate.yaml", ladder.settings())
+    metrics_dir = tmp_path / "metrics"
+    port = free_port()
+    supervisor = subprocess.Popen(
+        [*SERVE, "--config", str(path), "--port", str(port), "--workers", "2"],
+        env={**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)},
+        start_new_session=True,
+    )
+    try:
+        children = Path(f"/proc/{supervisor.pid}/task/{supervisor.pid}/children")
+        deadline = time.monotonic() + 30
+        while len(children.read_text().split()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert listening_sockets(port) == 0  # the workers are starting, not serving yet
+        supervisor.send_signal(signal.SIGHUP)
+        wait_healthy(f"http://127.0.0.1:{port}/health", 60, supervisor)
+        deadline = time.monotonic() + 30
+        while listening_sockets(port) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert listening_sockets(port) == 2
+        workers = {int(f.stem.split("_")[-1]) for f in metrics_dir.glob("gauge_max_*.db")}
+        assert len(workers) == 2  # the first two, none replaced
+        supervisor.kill()
+        supervisor.wait()
+        deadline = time.monotonic() + 40  # a graceful drain, then exit
+        while listening_sockets(port) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert listening_sockets(port) == 0
+        deadline = time.monotonic() + 10
+        while any(running(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(running(pid) for pid in workers)
+    finally:
+        stop_processes([supervisor])
+        for pid in {int(f.stem.split("_")[-1]) for f in metrics_dir.glob("gauge_max_*.db")}:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's exit status waits for whoever adopted it)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
+
+
 def _exit_at_once(host: str, port: int) -> None:
     """A worker that fails at start-up (spawned: it must be importable by name)."""
     raise SystemExit(3)

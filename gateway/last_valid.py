@@ -1,0 +1,54 @@
+"""The last valid configuration, kept by the `serve --workers` supervisor.
+
+Workers reload the config file themselves and refuse an invalid one, so a running gateway
+keeps serving through a bad edit. A worker started later (to replace one that died) reads
+the file afresh: while the file is invalid it starts from this copy instead of dying at
+start-up over and over (and taking the supervisor, and with it the healthy workers, down).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+log = logging.getLogger("tiergate.workers")
+
+
+class LastValidConfig:
+    """A copy of the config file as it was the last time `validate` accepted it."""
+
+    def __init__(self, source: Path, copy: Path, validate: Callable[[Path], None]) -> None:
+        self.source = source
+        self.copy = copy
+        self._validate = validate
+        self._seen: tuple[float, int] | None = None
+        self.refresh()
+
+    def refresh(self) -> bool:
+        """Re-checks the file if it changed since the last look; True when the copy was
+        updated. Whatever `validate` raises about an invalid file keeps the copy as it is."""
+        try:
+            stat = self.source.stat()
+        except OSError:
+            return False
+        seen = (stat.st_mtime, stat.st_size)
+        if seen == self._seen:
+            return False
+        self._seen = seen
+        try:
+            data = self.source.read_bytes()
+            self._validate(self.source)
+        except Exception as exc:  # any reason the file cannot serve keeps the last good copy
+            log.error(
+                "config file %s is not valid, workers keep the last valid one: %s", self.source, exc
+            )
+            return False
+        partial = self.copy.with_suffix(".partial")
+        partial.write_bytes(data)
+        os.replace(partial, self.copy)  # atomic: a starting worker never reads half a file
+        return True
+
+
+__all__ = ["LastValidConfig"]

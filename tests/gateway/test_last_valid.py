@@ -1,0 +1,72 @@
+"""The supervisor's copy of the last valid configuration, and a worker starting from it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gateway.app import (
+    CONFIG_ENV,
+    LAST_VALID_CONFIG_ENV,
+    check_settings,
+    create_app_from_env,
+)
+from gateway.config import ConfigError, load_settings, parse_settings
+from gateway.last_valid import LastValidConfig
+from gateway.routing.factory import build_policy
+from tests.helpers import MODEL, write_settings
+
+
+def _settings(port: int, **extra: object):  # type: ignore[no-untyped-def]
+    return parse_settings(
+        {
+            "model": MODEL,
+            "tiers": [
+                {"name": "a", "precision": "nvfp4", "endpoints": [f"http://127.0.0.1:{port}/v1"]},
+                {"name": "b", "precision": "bf16", "endpoints": [f"http://127.0.0.1:{port}/v1"]},
+            ],
+            "tenants": [{"name": "t", "api_keys": ["sk-t"]}],
+            **extra,
+        }
+    )
+
+
+def _validate(path: Path) -> None:
+    check_settings(load_settings(path), build_policy)
+
+
+def test_the_copy_follows_valid_edits_only(tmp_path: Path) -> None:
+    source = write_settings(tmp_path / "c.yaml", _settings(9001))
+    kept = LastValidConfig(source, tmp_path / "kept.yaml", _validate)
+    assert kept.copy.read_text() == source.read_text()
+    good = source.read_text()
+    source.write_text(good + "\ntiers: 5\n")
+    assert not kept.refresh() and kept.copy.read_text() == good  # invalid: kept as it was
+    write_settings(source, _settings(9002))
+    assert kept.refresh() and "9002" in kept.copy.read_text()
+    assert not kept.refresh()  # unchanged since the last look: not re-validated
+
+
+def test_a_worker_starts_from_the_kept_copy_while_the_file_is_invalid(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = write_settings(tmp_path / "c.yaml", _settings(9001))
+    kept = LastValidConfig(source, tmp_path / "kept.yaml", _validate)
+    source.write_text("tiers: 5\n")
+    monkeypatch.setenv(CONFIG_ENV, str(source))
+    monkeypatch.delenv(LAST_VALID_CONFIG_ENV, raising=False)
+    with pytest.raises(ConfigError):
+        create_app_from_env()  # nothing kept: the error stands
+    monkeypatch.setenv(LAST_VALID_CONFIG_ENV, str(kept.copy))
+    app = create_app_from_env()
+    assert [tier.name for tier in app.runtime.settings.tiers] == ["a", "b"]
+    assert app.config_path == source  # and it keeps watching the real file
+
+
+def test_check_settings_sees_an_unwritable_label_log(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    label_log = str(tmp_path / "a-file" / "labels.jsonl")  # its directory cannot exist
+    settings = _settings(9001, shadow={"rate": 0.1, "label_log": label_log})
+    with pytest.raises(OSError):
+        check_settings(settings, build_policy)
