@@ -287,6 +287,8 @@ def load_settings(path: str | Path) -> Settings:
         text = file.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read config file {file}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{file}: not UTF-8 text (byte {exc.start})") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

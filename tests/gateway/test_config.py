@@ -108,3 +108,12 @@ def test_serve_with_unreadable_yaml_exits_2(tmp_path: Path) -> None:
         env={"PATH": "/usr/bin:/bin"},
     )
     assert result.returncode == 2 and "not valid YAML" in result.stderr
+
+
+def test_a_config_file_that_is_not_utf8_is_a_config_error_naming_it(tmp_path: Path) -> None:
+    from gateway.config import ConfigError, load_settings
+
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("model: café\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match=r"latin1\.yaml: not UTF-8"):
+        load_settings(path)
