@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -38,6 +39,28 @@ def listening_sockets(port: int) -> int:
                 if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":
                     count += 1
     return count
+
+
+def worker_pids(metrics_dir: Path) -> set[int]:
+    """Workers that have started, by the metric files each writes (build_info: one per pid)."""
+    return {int(f.stem.split("_")[-1]) for f in metrics_dir.glob("gauge_max_*.db")}
+
+
+def two_workers_then_kill_one(metrics_dir: Path, before_kill: Callable[[], None]) -> set[int]:
+    """Waits for both workers, runs `before_kill`, SIGKILLs one, waits for its replacement;
+    returns the first two pids."""
+    deadline = time.monotonic() + 20
+    while len(worker_pids(metrics_dir)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    before = worker_pids(metrics_dir)
+    assert len(before) == 2
+    before_kill()
+    os.kill(min(before), signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while len(worker_pids(metrics_dir) - before) < 1 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(worker_pids(metrics_dir) - before) == 1  # a replacement started
+    return before
 
 
 def requests_total(text: str) -> float:
@@ -103,24 +126,10 @@ def test_a_killed_worker_is_replaced_and_the_port_keeps_answering(
     metrics_dir = tmp_path / "metrics"
     process = GatewayProcess(path, env={"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)})
     process.argv_extra = ["--workers", "2"]
-
-    def worker_pids() -> set[int]:
-        return {int(f.stem.split("_")[-1]) for f in metrics_dir.glob("gauge_max_*.db")}
-
     with process as gw:
-        deadline = time.monotonic() + 20
-        while len(worker_pids()) < 2 and time.monotonic() < deadline:
-            time.sleep(0.2)
-        before = worker_pids()
-        assert len(before) == 2
-        victim = min(before)
-        os.kill(victim, signal.SIGKILL)
-        deadline = time.monotonic() + 30
-        while len(worker_pids() - before) < 1 and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert len(worker_pids() - before) == 1  # a replacement started
+        before = two_workers_then_kill_one(metrics_dir, lambda: None)
         with pytest.raises(ProcessLookupError):  # and the dead one was reaped
-            os.kill(victim, 0)
+            os.kill(min(before), 0)
         for _ in range(20):
             with urllib.request.urlopen(f"{gw.url}/ready", timeout=10) as response:
                 assert response.status == 200
@@ -141,22 +150,12 @@ def test_a_worker_replaced_while_the_file_is_invalid_starts_on_the_last_valid_on
     )
     process.argv_extra = ["--workers", "2"]
 
-    def worker_pids() -> set[int]:
-        return {int(f.stem.split("_")[-1]) for f in metrics_dir.glob("gauge_max_*.db")}
-
-    with process as gw:
-        deadline = time.monotonic() + 20
-        while len(worker_pids()) < 2 and time.monotonic() < deadline:
-            time.sleep(0.2)
-        before = worker_pids()
-        assert len(before) == 2
+    def break_the_file() -> None:
         path.write_text(path.read_text() + "\ntiers: 5\n")  # invalid from now on
         time.sleep(2.5)  # the workers' file watch refuses it
-        os.kill(min(before), signal.SIGKILL)
-        deadline = time.monotonic() + 30
-        while len(worker_pids() - before) < 1 and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert len(worker_pids() - before) == 1  # a replacement started
+
+    with process as gw:
+        two_workers_then_kill_one(metrics_dir, break_the_file)
         time.sleep(3)  # longer than a failed start's restart back-off
         assert gw.process is not None and gw.process.poll() is None  # the supervisor serves
         for _ in range(20):
@@ -195,7 +194,7 @@ def test_workers_survive_an_early_sighup_and_end_with_their_supervisor(
         while listening_sockets(port) < 2 and time.monotonic() < deadline:
             time.sleep(0.1)
         assert listening_sockets(port) == 2
-        workers = {int(f.stem.split("_")[-1]) for f in metrics_dir.glob("gauge_max_*.db")}
+        workers = worker_pids(metrics_dir)
         assert len(workers) == 2  # the first two, none replaced
         supervisor.kill()
         supervisor.wait()
@@ -209,7 +208,7 @@ def test_workers_survive_an_early_sighup_and_end_with_their_supervisor(
         assert not any(running(pid) for pid in workers)
     finally:
         stop_processes([supervisor])
-        for pid in {int(f.stem.split("_")[-1]) for f in metrics_dir.glob("gauge_max_*.db")}:
+        for pid in worker_pids(metrics_dir):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 
