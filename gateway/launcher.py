@@ -197,6 +197,18 @@ def gateway_config(app: object, host: str, port: int, log_level: str = "info") -
     return uvicorn.Config(app, host=host, port=port, **gateway_server_options(log_level))  # type: ignore[arg-type]
 
 
+def clear_multiprocess_dir() -> str | None:
+    """Empties $PROMETHEUS_MULTIPROC_DIR (created if missing) of a previous run's metric
+    files, which a fresh start would otherwise report as its own; returns the directory."""
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if directory:
+        target = Path(directory)
+        target.mkdir(parents=True, exist_ok=True)
+        for stale in target.glob("*.db"):
+            stale.unlink()
+    return directory
+
+
 def serve_workers(config_path: Path, host: str, port: int, workers: int) -> None:
     """One gateway process per worker, each on its own SO_REUSEPORT socket; metrics merged
     across workers.
@@ -206,12 +218,7 @@ def serve_workers(config_path: Path, host: str, port: int, workers: int) -> None
     which any worker's /metrics merges.
     """
     os.environ["TIERGATE_CONFIG"] = str(config_path.resolve())
-    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
-    if directory:
-        target = Path(directory)
-        target.mkdir(parents=True, exist_ok=True)
-        for stale in target.glob("*.db"):
-            stale.unlink()
+    directory = clear_multiprocess_dir()
     created = None
     if not directory:
         created = tempfile.mkdtemp(prefix="tiergate-metrics-")
@@ -286,6 +293,7 @@ EOF
 __all__ = [
     "SimSpec",
     "banner",
+    "clear_multiprocess_dir",
     "die_with_parent",
     "exit_on_sigterm",
     "freeze_startup_heap",

@@ -204,7 +204,12 @@ def serve(
     # action); the configuration read below is the current one anyway.
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     from gateway.app import build_app, check_settings
-    from gateway.launcher import exit_on_sigterm, freeze_startup_heap, serve_workers
+    from gateway.launcher import (
+        clear_multiprocess_dir,
+        exit_on_sigterm,
+        freeze_startup_heap,
+        serve_workers,
+    )
     from gateway.routing.factory import build_policy
 
     settings = _settings(config, port)
@@ -226,6 +231,7 @@ def serve(
             raise typer.Exit(1) from error
         return
     exit_on_sigterm()
+    clear_multiprocess_dir()
     with _config_errors_exit():
         app = build_app(settings, policy_factory=build_policy, config_path=path, watch_config=True)
     freeze_startup_heap()

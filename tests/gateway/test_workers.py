@@ -300,3 +300,22 @@ def test_sighup_reloads_every_worker_and_a_second_supervisor_is_refused(
         assert ok == 20
         assert gw.process.poll() is None  # the supervisor lives on
     assert not list(scratch.glob("tiergate-metrics-*"))  # its folder went with it
+
+
+@pytest.mark.slow
+def test_a_single_process_restart_does_not_report_the_last_runs_counters(
+    ladder: Ladder, tmp_path: Path
+) -> None:
+    """`serve` without workers but with $PROMETHEUS_MULTIPROC_DIR set (as a deployment may
+    export for every process) starts its counters from zero, as `--workers` does."""
+    path = write_settings(tmp_path / "tiergate.yaml", ladder.settings())
+    env = {"PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics")}
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    with GatewayProcess(path, env=env) as gw:
+        assert send("POST", f"{gw.url}/v1/chat/completions", body).status == 200
+        deadline = time.monotonic() + 5
+        while requests_total(scrape(gw.url)) < 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert requests_total(scrape(gw.url)) == 1
+    with GatewayProcess(path, env=env) as gw:
+        assert requests_total(scrape(gw.url)) == 0
