@@ -465,15 +465,20 @@ def create_app_from_env() -> Gateway:
     from gateway.routing.factory import build_policy
 
     path = Path(os.environ[CONFIG_ENV])
+
+    def app_from(source: Path) -> Gateway:
+        return build_app(
+            load_settings(source), policy_factory=build_policy, config_path=path, watch_config=True
+        )
+
     try:
-        settings = load_settings(path)
-    except ConfigError as exc:
+        return app_from(path)
+    except RELOAD_ERRORS as exc:  # any reason the file cannot serve, as a reload would see it
         kept = os.environ.get(LAST_VALID_CONFIG_ENV)
         if not kept:
             raise
         log.error("%s; starting on the last valid configuration", exc)
-        settings = load_settings(Path(kept))
-    return build_app(settings, policy_factory=build_policy, config_path=path, watch_config=True)
+        return app_from(Path(kept))
 
 
 def build_app(

@@ -50,6 +50,10 @@ class UpstreamProtocolError(UpstreamFailure):
     """The upstream spoke broken HTTP, or sent more than the caller allows."""
 
 
+class UpstreamTooLarge(UpstreamProtocolError):
+    """The answer is longer than the caller allows."""
+
+
 class UpstreamResponse:
     """Status, headers and a body that arrives in chunks."""
 
@@ -152,7 +156,7 @@ class UpstreamResponse:
             size += len(chunk)
             if size > limit:
                 self.abort()
-                raise UpstreamProtocolError(f"upstream response exceeds {limit} bytes")
+                raise UpstreamTooLarge(f"upstream response exceeds {limit} bytes")
             parts.append(chunk)
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
@@ -456,4 +460,5 @@ __all__ = [
     "UpstreamProtocolError",
     "UpstreamResponse",
     "UpstreamTimeout",
+    "UpstreamTooLarge",
 ]

@@ -21,6 +21,7 @@ from gateway.backends.h1client import (
     UpstreamFailure,
     UpstreamResponse,
     UpstreamTimeout,
+    UpstreamTooLarge,
 )
 from gateway.backends.tier import EndpointState, TierBackend
 from gateway.config import TimeoutSettings
@@ -41,6 +42,10 @@ SATURATED_STATUSES: Final = frozenset({429, 503})
 SATURATED: Final = "saturated"
 # The client left while the upstream was still to answer; the gateway aborted the request.
 CLIENT_GONE: Final = "client_gone"
+# A JSON answer over MAX_RESPONSE_BYTES: the request's doing, not the endpoint's.
+TOO_LARGE: Final = "too_large"
+# Outcomes that say nothing about the endpoint's health.
+INCONCLUSIVE: Final = frozenset({CLIENT_GONE, SATURATED, TOO_LARGE})
 STATUS_5XX: Final = "status_5xx"
 # A proxy's 502 or 504 says the endpoint is unreachable. An engine's own 5xx (500, 501, ...)
 # may be this endpoint's fault or this request's: the service judges it by what the next
@@ -52,12 +57,21 @@ GATEWAY_FAILURES: Final = frozenset({502, 504})
 class AttemptFailed(Exception):
     """The attempt failed before anything reached the client; another may follow."""
 
-    def __init__(self, outcome: str, error: TiergateError, *, judged_later: bool = False) -> None:
+    def __init__(
+        self,
+        outcome: str,
+        error: TiergateError,
+        *,
+        judged_later: bool = False,
+        final: bool = False,
+    ) -> None:
         super().__init__(outcome)
         self.outcome = outcome
         self.error = error
         # True: the circuit breaker's verdict waits for the next endpoint's answer.
         self.judged_later = judged_later
+        # True: no other endpoint is tried; the client gets `error`.
+        self.final = final
 
 
 class Attempter:
@@ -94,7 +108,7 @@ class Attempter:
             endpoint.inflight -= 1
             for listener in self.listeners:
                 listener.upstream_finished(tier.name, record.tenant)
-            if failure.outcome in (CLIENT_GONE, SATURATED):
+            if failure.outcome in INCONCLUSIVE:
                 # No verdict on the endpoint's health, but a half-open trial is over (it
                 # stayed "in flight" for good after a 429, and the endpoint stayed ejected).
                 endpoint.circuit.on_inconclusive()
@@ -156,6 +170,11 @@ class Attempter:
         except UpstreamFailure as exc:
             if response is not None:  # the body failed: this connection is done
                 response.abort()
+            if exchange.channel.disconnected:  # whatever the abort made of the attempt
+                gone = UpstreamError("The client left before the upstream answered.")
+                raise AttemptFailed(CLIENT_GONE, gone) from None
+            if response is not None:
+                raise _body_failed(exc, response.status) from None
             raise _classified(exc) from None
         response.abort()
         if status in SATURATED_STATUSES:
@@ -164,6 +183,21 @@ class Attempter:
         outcome = STATUS_5XX if status >= 500 else "status_4xx"
         error = UpstreamError(f"Upstream answered HTTP {status}.")
         raise AttemptFailed(outcome, error, judged_later=status not in GATEWAY_FAILURES)
+
+
+def _body_failed(exc: UpstreamFailure, status: int) -> AttemptFailed:
+    """A JSON body that failed after its headers. Only a cut or broken success is tried
+    elsewhere: an answer over the size limit is this request's (no endpoint is blamed, none
+    retried: each would generate it again), a timeout has spent the request's deadline, and
+    a refusal (400, 413, 422) was the request's answer, however it ended."""
+    if isinstance(exc, UpstreamTooLarge):
+        return AttemptFailed(
+            TOO_LARGE, UpstreamError(f"The upstream answer is too large: {exc}."), final=True
+        )
+    failure = _classified(exc)
+    if isinstance(exc, UpstreamTimeout) or status in CLIENT_ERRORS:
+        failure.final = True
+    return failure
 
 
 def _classified(exc: UpstreamFailure) -> AttemptFailed:

@@ -327,6 +327,8 @@ class ProxyService:
                     failures.add(failure, endpoint)
                     if exchange.channel.disconnected:
                         return False
+                    if failure.final:
+                        raise failure.error from None
                     continue
                 failures.served()
                 return True
@@ -344,6 +346,8 @@ class ProxyService:
             await self._attempter.run(exchange, tier, endpoint, current)
         except AttemptFailed as failure:
             failures.add(failure, endpoint)
+            if failure.final and not exchange.channel.disconnected:
+                raise failure.error from None
             return False
         failures.served()
         return True

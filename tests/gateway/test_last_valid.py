@@ -70,3 +70,23 @@ def test_check_settings_sees_an_unwritable_label_log(tmp_path: Path) -> None:
     settings = _settings(9001, shadow={"rate": 0.1, "label_log": label_log})
     with pytest.raises(OSError):
         check_settings(settings, build_policy)
+
+
+def test_a_file_that_parses_but_cannot_serve_also_falls_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two tenants sharing a key pass the schema and fail when the app is built."""
+    source = write_settings(tmp_path / "c.yaml", _settings(9001))
+    kept = LastValidConfig(source, tmp_path / "kept.yaml", _validate)
+    shared = _settings(9001).model_dump(mode="json")
+    shared["tenants"] = [
+        {"name": "t1", "api_keys": ["sk-same"]},
+        {"name": "t2", "api_keys": ["sk-same"]},
+    ]
+    import yaml
+
+    source.write_text(yaml.safe_dump(shared))
+    monkeypatch.setenv(CONFIG_ENV, str(source))
+    monkeypatch.setenv(LAST_VALID_CONFIG_ENV, str(kept.copy))
+    app = create_app_from_env()
+    assert [tenant.name for tenant in app.runtime.settings.tenants] == ["t"]

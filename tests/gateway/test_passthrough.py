@@ -224,6 +224,39 @@ def test_a_json_answer_cut_mid_body_fails_over_and_counts_against_its_endpoint()
             assert gw.settled_metric("tiergate_upstream_attempts_total", labels, 1) == 1
 
 
+@pytest.mark.parametrize("case", ["too_large", "cut_refusal"])
+def test_a_json_answer_no_other_endpoint_should_make_is_not_retried(
+    case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An answer over the size limit is the request's doing (every endpoint would generate
+    it again; none is blamed), and a refusal (400) that ends early was still the request's
+    answer: the client gets one 502 and the next tier never sees the request."""
+    monkeypatch.setattr("gateway.proxy.attempts.MAX_RESPONSE_BYTES", 1000)
+    with FakeUpstream() as cheap, FakeUpstream() as top:
+        if case == "too_large":
+            cheap.reply = Reply(body=b'{"x":"' + b"a" * 2000 + b'"}')
+        else:
+            cheap.reply = Reply(status=400, body=b'{"error":', declared_length=100)
+        settings = parse_settings(
+            {
+                "model": MODEL,
+                "tiers": [
+                    {"name": "nvfp4", "precision": "nvfp4", "endpoints": [cheap.url]},
+                    {"name": "bf16", "precision": "bf16", "endpoints": [top.url]},
+                ],
+                "tenants": [{"name": "t", "api_keys": [API_KEY]}],
+            }
+        )
+        with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
+            status, _, body = call(
+                gw, {"model": MODEL, "messages": [{"role": "user", "content": "x"}]}
+            )
+            assert status == 502 and orjson.loads(body)["error"]["message"]
+            assert top.received == []
+            circuit = gw.app.runtime.tiers[0].endpoints[0].circuit
+            assert circuit.consecutive_failures == (0 if case == "too_large" else 1)
+
+
 def test_completions_endpoint_forwards_to_completions(
     upstream_pair: tuple[FakeUpstream, FakeUpstream, GatewayThread],
 ) -> None:
