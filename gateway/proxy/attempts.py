@@ -170,12 +170,11 @@ class Attempter:
         except UpstreamFailure as exc:
             if response is not None:  # the body failed: this connection is done
                 response.abort()
-            if exchange.channel.disconnected:  # whatever the abort made of the attempt
-                gone = UpstreamError("The client left before the upstream answered.")
-                raise AttemptFailed(CLIENT_GONE, gone) from None
-            if response is not None:
-                raise _body_failed(exc, response.status) from None
-            raise _classified(exc) from None
+            # Once the client has left, whatever the abort made of the attempt is its doing.
+            gone = exchange.channel.disconnected
+            if response is None or gone:
+                raise _classified(exc, client_gone=gone) from None
+            raise _body_failed(exc, response.status) from None
         response.abort()
         if status in SATURATED_STATUSES:
             saturated = ServiceUnavailableError(f"Upstream is saturated (HTTP {status}).")
@@ -200,8 +199,8 @@ def _body_failed(exc: UpstreamFailure, status: int) -> AttemptFailed:
     return failure
 
 
-def _classified(exc: UpstreamFailure) -> AttemptFailed:
-    if isinstance(exc, UpstreamAborted):
+def _classified(exc: UpstreamFailure, *, client_gone: bool = False) -> AttemptFailed:
+    if client_gone or isinstance(exc, UpstreamAborted):
         gone = UpstreamError("The client left before the upstream answered.")
         return AttemptFailed(CLIENT_GONE, gone)
     if isinstance(exc, UpstreamTimeout):

@@ -23,7 +23,7 @@ from typing import Any
 from gateway.config import Settings, TenantSettings
 from gateway.protocol import EndpointKind
 from gateway.routing.policy import Decision
-from gateway.tenants.registry import Tenant
+from gateway.tenants.registry import Tenant, allowed_tier_indices
 from router_models.model import RouterModel
 
 log = logging.getLogger("tiergate.router")
@@ -106,12 +106,7 @@ class RouterPolicy:
                 "explicit",
             )
         if tenant.alpha is not None:
-            allowed = (
-                tuple(range(len(names)))
-                if tenant.allowed_tiers is None
-                else tuple(sorted(names.index(name) for name in tenant.allowed_tiers))
-            )
-            tuned = self._tune(tenant.alpha, settings, allowed)
+            tuned = self._tune(tenant.alpha, settings, allowed_tier_indices(tenant, names))
             if tuned is not None:
                 return tuned
         return TenantRouting(tuple(self.default_threshold for _ in names[:-1]), "default")

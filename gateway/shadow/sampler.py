@@ -32,6 +32,7 @@ from gateway.shadow.judges import decides_stochastic, judge
 from gateway.shadow.labels import LabelLog
 from gateway.shadow.monitor import CalibrationMonitor, Label
 from gateway.stats import CompletedExchange
+from gateway.tenants.registry import allowed_tier_indices
 
 log = logging.getLogger("tiergate.shadow")
 
@@ -72,13 +73,6 @@ def kept_request(request: dict[str, Any]) -> dict[str, Any]:
     if "messages" not in kept and "prompt" not in kept:
         kept["prompt"] = None  # a line always says what it holds
     return kept
-
-
-def allowed_indices(allowed: Sequence[str] | None, names: Sequence[str]) -> frozenset[int]:
-    """Ladder indices of a tenant's allowed tiers (all of them when it sets none)."""
-    if allowed is None:
-        return frozenset(range(len(names)))
-    return frozenset(index for index, name in enumerate(names) if name in allowed)
 
 
 def pick_below(limit: int, allowed: frozenset[int], draw: float) -> int | None:
@@ -166,7 +160,7 @@ class ShadowSampler:
         }
         self.names = [tier.name for tier in settings.tiers]
         self.allowed = {
-            tenant.name: allowed_indices(tenant.allowed_tiers, self.names)
+            tenant.name: frozenset(allowed_tier_indices(tenant, self.names))
             for tenant in settings.tenants
         }
         self.monitor = getattr(self, "monitor", None) or CalibrationMonitor(
@@ -462,7 +456,6 @@ __all__ = [
     "FEATURE_FIELDS",
     "LabelSink",
     "ShadowSampler",
-    "allowed_indices",
     "is_deterministic",
     "kept_request",
     "pick_below",

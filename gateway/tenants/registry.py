@@ -41,13 +41,16 @@ class Tenant:
         return tier in self.allowed_tiers
 
 
+def allowed_tier_indices(tenant: TenantSettings, names: Sequence[str]) -> tuple[int, ...]:
+    """Ladder indices of the tiers a tenant may use, cheapest first (all when it sets none)."""
+    if tenant.allowed_tiers is None:
+        return tuple(range(len(names)))
+    return tuple(sorted(names.index(name) for name in tenant.allowed_tiers))
+
+
 def build_tenant(tenant: TenantSettings, settings: Settings) -> Tenant:
     names = [tier.name for tier in settings.tiers]
-    allowed = (
-        tuple(range(len(names)))
-        if tenant.allowed_tiers is None
-        else tuple(sorted(names.index(name) for name in tenant.allowed_tiers))
-    )
+    allowed = allowed_tier_indices(tenant, names)
     thresholds = None
     if tenant.thresholds is not None:
         default = settings.router.default_threshold
