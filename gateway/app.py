@@ -36,7 +36,7 @@ from gateway.api import admin, routes
 from gateway.api.openai import GenerationHandler
 from gateway.backends.health import HealthChecker
 from gateway.backends.tier import TierBackend, build_tiers, endpoints_by_url
-from gateway.config import ConfigError, Settings, load_settings, resolve_secret
+from gateway.config import ConfigError, Settings, load_settings, resolve_secret, tier_api_key
 from gateway.errors import InvalidRequestError, MethodNotAllowedError, NotFoundError
 from gateway.live.observer import LiveObserver
 from gateway.metrics import BackendCollector, GatewayMetrics, RoutingCollector
@@ -136,7 +136,9 @@ class Gateway:
         if previous is not None:
             _refuse_restart_only_changes(previous.settings, settings)
         tenants = TenantRegistry(settings, self.environ)
-        tiers = build_tiers(settings, endpoints_by_url(previous.tiers) if previous else None)
+        tiers = build_tiers(
+            settings, endpoints_by_url(previous.tiers) if previous else None, self.environ
+        )
         policy = self.policy_factory(settings)
         service = ProxyService(
             settings.model,
@@ -180,6 +182,8 @@ class Gateway:
         self.metrics.tenant_top_tier = {
             name: tenant.top_tier for name, tenant in runtime.tenants.tenants.items()
         }
+        for tier in runtime.tiers:
+            tier.adopt_endpoints()
         self.runtime = runtime
         self.observer.configure(runtime.settings)
         self.shadow.configure(runtime.settings, runtime.label_log)
@@ -449,6 +453,8 @@ def check_settings(
     so a bad file fails once instead of crash-looping every worker."""
     env = dict(os.environ) if environ is None else environ
     TenantRegistry(settings, env)
+    for tier in settings.tiers:
+        tier_api_key(tier, env)
     policy_factory(settings)
     _redis_client(settings, env)
     if settings.shadow.label_log is not None:

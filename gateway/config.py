@@ -73,6 +73,18 @@ class TierSettings(Section):
     max_inflight_per_endpoint: int = Field(default=512, ge=1)
     cost: float | None = Field(default=None, gt=0.0)
     vllm_args: list[str] | None = None
+    # For engines started with --api-key (or VLLM_API_KEY): sent upstream as
+    # `Authorization: Bearer <key>` on every call. `api_key_env` keeps it out of the file.
+    api_key: SecretStr | None = None
+    api_key_env: str | None = None
+
+    @model_validator(mode="after")
+    def _one_key_source(self) -> Self:
+        if self.api_key is not None and self.api_key_env is not None:
+            raise ValueError("set api_key or api_key_env, not both")
+        if self.api_key is not None:
+            _check_header_value(self.api_key.get_secret_value(), "api_key")
+        return self
 
     @field_validator("endpoints")
     @classmethod
@@ -308,6 +320,31 @@ def resolve_secret(value: str | None, env_name: str | None, environ: Mapping[str
     return ""
 
 
+def _check_header_value(value: str, what: str) -> None:
+    # Printable ASCII without spaces: anything else could end the header line or break the
+    # `Bearer <key>` form.
+    if not value or not all("!" <= char <= "~" for char in value):
+        raise ValueError(f"{what} must be non-empty printable ASCII without spaces")
+
+
+def tier_api_key(tier: TierSettings, environ: Mapping[str, str] | None = None) -> str | None:
+    """The key the tier's engines expect, or None when it sets none. Raises ConfigError when
+    `api_key_env` names a variable that is unset or empty: the engines would refuse every
+    request, so such a configuration is refused instead."""
+    if tier.api_key is not None:
+        return tier.api_key.get_secret_value()
+    if tier.api_key_env is None:
+        return None
+    env = os.environ if environ is None else environ
+    key = env.get(tier.api_key_env, "")
+    try:
+        _check_header_value(key, f"tier {tier.name}: ${tier.api_key_env}")
+    except ValueError as exc:
+        unset = f"tier {tier.name}: api_key_env names ${tier.api_key_env}, which is not set"
+        raise ConfigError(unset if not key else str(exc)) from None
+    return key
+
+
 def tenant_keys(tenant: TenantSettings, environ: Mapping[str, str] | None = None) -> list[str]:
     """The tenant's keys from config plus the comma-separated list in its env variable."""
     env = os.environ if environ is None else environ
@@ -366,4 +403,5 @@ __all__ = [
     "parse_settings",
     "resolve_secret",
     "tenant_keys",
+    "tier_api_key",
 ]

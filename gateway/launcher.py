@@ -16,13 +16,16 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import uvicorn
 
-from gateway.config import Settings
+from gateway.config import Settings, tier_api_key
+
+# How `running_sims` hands a simulator its tier's key (`tiergate sim --api-key` reads it).
+SIM_API_KEY_ENV: Final = "TIERGATE_SIM_API_KEY"
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +37,9 @@ class SimSpec:
     served_model_name: str
     host: str = "127.0.0.1"
     extra_args: tuple[str, ...] = ()
+    # The tier's key: the simulator then refuses /v1 calls without it, as a keyed vLLM does.
+    # It travels in the environment (SIM_API_KEY_ENV), never on a command line `ps` shows.
+    api_key: str | None = field(default=None, repr=False)
 
     def argv(self) -> list[str]:
         return [
@@ -54,9 +60,11 @@ class SimSpec:
 
 
 def local_sim_specs(settings: Settings, extra_args: Sequence[str] = ()) -> list[SimSpec]:
-    """A simulator for every tier endpoint that points at this machine."""
+    """A simulator for every tier endpoint that points at this machine, expecting the tier's
+    key if it has one (ConfigError when that key cannot be resolved)."""
     specs = []
     for tier in settings.tiers:
+        api_key = tier_api_key(tier)
         for endpoint in tier.parsed_endpoints:
             if endpoint.host in {"127.0.0.1", "localhost", "::1"}:
                 specs.append(
@@ -66,6 +74,7 @@ def local_sim_specs(settings: Settings, extra_args: Sequence[str] = ()) -> list[
                         served_model_name=tier.served_model_name or settings.model,
                         host=endpoint.host,
                         extra_args=tuple(extra_args),
+                        api_key=api_key,
                     )
                 )
     return specs
@@ -155,6 +164,9 @@ def running_sims(
     try:
         for spec in specs:
             env = {**os.environ, PARENT_PID_ENV: str(os.getpid())}
+            env.pop(SIM_API_KEY_ENV, None)
+            if spec.api_key is not None:
+                env[SIM_API_KEY_ENV] = spec.api_key
             processes.append(subprocess.Popen(spec.argv(), start_new_session=True, env=env))
         for spec, process in zip(specs, processes, strict=True):
             wait_healthy(f"http://{spec.host}:{spec.port}/health", timeout_s, process)
@@ -291,6 +303,7 @@ EOF
 
 
 __all__ = [
+    "SIM_API_KEY_ENV",
     "SimSpec",
     "banner",
     "clear_multiprocess_dir",

@@ -322,6 +322,8 @@ class ConnectionPool:
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._host_header = f"{host}:{port}".encode()
+        # Header lines on every request from this pool (the tier's API key); replaced on reload.
+        self.default_headers = b""
 
     def render(self, method: bytes, path: bytes, body: bytes, extra_headers: bytes = b"") -> bytes:
         """A complete HTTP/1.1 request; extra_headers are pre-rendered `name: value\\r\\n` lines."""
@@ -335,6 +337,7 @@ class ConnectionPool:
                 b"\r\ncontent-type: application/json\r\ncontent-length: ",
                 str(len(body)).encode(),
                 b"\r\n",
+                self.default_headers,
                 extra_headers,
                 b"\r\n",
                 body,

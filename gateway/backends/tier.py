@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from gateway.backends.circuit import CircuitBreaker, CircuitState
 from gateway.backends.h1client import ConnectionPool
-from gateway.config import Endpoint, ResilienceSettings, Settings, TierSettings
+from gateway.config import Endpoint, ResilienceSettings, Settings, TierSettings, tier_api_key
 
 
 @dataclass(slots=True, eq=False)
@@ -71,7 +71,19 @@ class TierBackend:
     served_model_name: str
     queue_size: int = 256
     endpoints: list[EndpointState] = field(default_factory=list)
+    # Pre-rendered header lines sent on every upstream call (the tier's API key).
+    upstream_headers: bytes = field(default=b"", repr=False)  # holds a secret
     _waiters: deque[asyncio.Future[EndpointState]] = field(default_factory=deque)
+
+    def adopt_endpoints(self) -> None:
+        """Makes this tier's settings those of its endpoints, kept ones from the previous
+        configuration included. Called when the configuration is installed, never while it
+        is built: a reload refused after `build_tiers` must leave the running endpoints as
+        they were (their slot queue, limit and key)."""
+        for state in self.endpoints:
+            state.owner = self
+            state.max_inflight = self.settings.max_inflight_per_endpoint
+            state.pool.default_headers = self.upstream_headers
 
     def pick(
         self, exclude: set[EndpointState] | frozenset[EndpointState] = frozenset()
@@ -141,44 +153,50 @@ class TierBackend:
 
 
 def build_tiers(
-    settings: Settings, previous: Mapping[str, EndpointState] | None = None
+    settings: Settings,
+    previous: Mapping[str, EndpointState] | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> list[TierBackend]:
     """Tier backends for `settings`; endpoints unchanged since `previous` keep their pool,
-    health and circuit state (a reload must not drop warm connections or forget an outage)."""
+    health and circuit state (a reload must not drop warm connections or forget an outage).
+    Kept endpoints are not changed here: `TierBackend.adopt_endpoints` does that on install.
+    Raises ConfigError for a tier key that cannot be resolved."""
     resilience: ResilienceSettings = settings.resilience
     previous = previous or {}
     tiers = []
     for index, tier in enumerate(settings.tiers):
+        key = tier_api_key(tier, environ)
         backend = TierBackend(
             index=index,
             name=tier.name,
             settings=tier,
             served_model_name=tier.served_model_name or settings.model,
             queue_size=resilience.queue_size,
+            upstream_headers=b"" if key is None else f"authorization: Bearer {key}\r\n".encode(),
         )
         for endpoint in tier.parsed_endpoints:
             kept = previous.get(endpoint.url)
             if kept is not None and kept.tier == tier.name:
-                kept.max_inflight = tier.max_inflight_per_endpoint
                 backend.endpoints.append(kept)
                 continue
+            pool = ConnectionPool(
+                endpoint.host, endpoint.port, connect_timeout_s=settings.timeouts.connect_s
+            )
+            pool.default_headers = backend.upstream_headers
             backend.endpoints.append(
                 EndpointState(
                     tier=tier.name,
                     endpoint=endpoint,
-                    pool=ConnectionPool(
-                        endpoint.host, endpoint.port, connect_timeout_s=settings.timeouts.connect_s
-                    ),
+                    pool=pool,
                     max_inflight=tier.max_inflight_per_endpoint,
                     circuit=CircuitBreaker(
                         failure_threshold=resilience.failure_threshold,
                         base_ejection_s=resilience.base_ejection_s,
                         max_ejection_s=resilience.max_ejection_s,
                     ),
+                    owner=backend,
                 )
             )
-        for state in backend.endpoints:
-            state.owner = backend
         tiers.append(backend)
     return tiers
 

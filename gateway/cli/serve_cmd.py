@@ -155,7 +155,8 @@ def up(
             update={"admin": settings.admin.model_copy(update={"token": admin_token})}
         )
     exit_on_sigterm()
-    specs = local_sim_specs(settings, ("--time-scale", str(sim_time_scale)))
+    with _config_errors_exit():
+        specs = local_sim_specs(settings, ("--time-scale", str(sim_time_scale)))
     host = settings.server.host
     _refuse_busy_ports(host, settings.server.port, [spec.port for spec in specs], config)
     try:
@@ -276,6 +277,13 @@ def sim(
         int | None, typer.Option(help="503 when this many requests wait.")
     ] = None,
     seed: Annotated[int, typer.Option(help="Seeds fault injection.")] = 0,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            envvar="TIERGATE_SIM_API_KEY",  # launcher.SIM_API_KEY_ENV, set by `tiergate up`
+            help="As vLLM's --api-key: /v1 calls need 'Authorization: Bearer KEY'.",
+        ),
+    ] = None,
     log_level: Annotated[LogLevel, typer.Option(case_sensitive=False)] = LogLevel.warning,
 ) -> None:
     """Run a vLLM-compatible simulated tier whose timing follows the cost model."""
@@ -316,7 +324,9 @@ def sim(
         else None,
         prefix_caching=prefix_caching,
     )
-    server = SimServer(config, served_model_name or f"sim-{precision}", faults, seed=seed)
+    server = SimServer(
+        config, served_model_name or f"sim-{precision}", faults, seed=seed, api_key=api_key
+    )
     run_event_loop(serve_sim(server, host, port, log_level=log_level.value))
 
 

@@ -39,6 +39,8 @@ from gateway.stats import Attempt
 # Upstream statuses that are the client's own mistake: relayed as they are, never retried.
 CLIENT_ERRORS: Final = frozenset({400, 413, 422})
 SATURATED_STATUSES: Final = frozenset({429, 503})
+# The engine refused the gateway itself (vLLM started with --api-key): a configuration error.
+CREDENTIALS_REFUSED: Final = frozenset({401, 403})
 SATURATED: Final = "saturated"
 # The client left while the upstream was still to answer; the gateway aborted the request.
 CLIENT_GONE: Final = "client_gone"
@@ -180,7 +182,12 @@ class Attempter:
             saturated = ServiceUnavailableError(f"Upstream is saturated (HTTP {status}).")
             raise AttemptFailed(SATURATED, saturated)
         outcome = STATUS_5XX if status >= 500 else "status_4xx"
-        error = UpstreamError(f"Upstream answered HTTP {status}.")
+        error = UpstreamError(
+            f"Upstream refused the gateway's credentials (HTTP {status}): the tier's api_key "
+            "or api_key_env must hold the engine's --api-key."
+            if status in CREDENTIALS_REFUSED
+            else f"Upstream answered HTTP {status}."
+        )
         raise AttemptFailed(outcome, error, judged_later=status not in GATEWAY_FAILURES)
 
 

@@ -10,6 +10,7 @@ Extra: GET/POST /sim/faults and GET /sim/stats for tests and demos.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -46,6 +47,8 @@ from gateway.sim.tools import (
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 
+# The paths vLLM's --api-key guards; /health, /metrics and /tokenize stay open.
+GUARDED_PREFIXES: Final = ("/v1", "/v2", "/inference", "/cohere")
 _VLLM_ERROR_TYPES = {
     400: "BadRequestError",
     404: "NotFoundError",
@@ -113,8 +116,11 @@ class SimServer:
         served_model_name: str,
         faults: Faults | None = None,
         seed: int = 0,
+        api_key: str | None = None,
     ) -> None:
         self.config = config
+        # As vLLM's --api-key: paths under GUARDED_PREFIXES need `Authorization: Bearer <key>`.
+        self._api_key = None if api_key is None else api_key.encode()
         self.served_model_name = served_model_name
         self.faults = faults or Faults()
         self.engine = Engine(config)
@@ -137,6 +143,9 @@ class SimServer:
             return
         if scope["type"] != "http":
             return
+        if self._api_key is not None and not self._authorized(scope, self._api_key):
+            await _json(send, 401, {"error": "Unauthorized"})  # vLLM's answer, verbatim
+            return
         route = self._routes.get((scope["method"], scope["path"]))
         try:
             if route is None:
@@ -144,6 +153,14 @@ class SimServer:
             await route(receive, send)
         except SimError as exc:
             await _respond(send, exc.status, exc.body(), b"application/json")
+
+    @staticmethod
+    def _authorized(scope: dict[str, Any], api_key: bytes) -> bool:
+        if scope["method"] == "OPTIONS" or not scope["path"].startswith(GUARDED_PREFIXES):
+            return True
+        presented = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+        scheme, _, key = presented.partition(b" ")
+        return scheme.lower() == b"bearer" and hmac.compare_digest(key, api_key)
 
     def _route_table(self) -> dict[tuple[str, str], Callable[[Receive, Send], Awaitable[None]]]:
         async def chat(receive: Receive, send: Send) -> None:

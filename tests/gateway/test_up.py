@@ -163,6 +163,60 @@ def test_up_with_a_config_keeps_its_port_and_its_privacy_choice(tmp_path: Path) 
         stop_processes([process])
 
 
+def test_up_with_keyed_tiers_starts_simulators_that_want_the_key(tmp_path: Path) -> None:
+    """A config for engines started with --api-key runs as is under `up`: each simulator
+    refuses /v1 calls without its tier's key, and the gateway sends it. Without the
+    variable the key is read from, `up` stops before starting anything, in one line."""
+    import os
+
+    import yaml
+
+    port, base = free_port(), free_port_block(2)
+    config = tmp_path / "tiergate.yaml"
+    tiers = [
+        {
+            "name": p,
+            "precision": p,
+            "endpoints": [f"http://127.0.0.1:{base + i}/v1"],
+            "api_key_env": "ENGINE_KEY",
+        }
+        for i, p in enumerate(("nvfp4", "bf16"))
+    ]
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "model": "m",
+                "server": {"port": port},
+                "tiers": tiers,
+                "tenants": [{"name": "t", "api_keys": ["sk-t"], "thresholds": {"nvfp4": 0.0}}],
+            }
+        )
+    )
+    argv = [sys.executable, "-m", "gateway.cli.main", "up", "--config", str(config)]
+    env = {k: v for k, v in os.environ.items() if k != "ENGINE_KEY"}
+    refused = subprocess.run(argv, check=False, env=env, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2
+    assert "ENGINE_KEY" in refused.stderr and "Traceback" not in refused.stderr
+    process = subprocess.Popen(
+        argv,
+        env={**env, "ENGINE_KEY": "sk-engine"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}/ready", 60, process)
+        sim = f"http://127.0.0.1:{base}"
+        assert send("GET", f"{sim}/v1/models", key=None).status == 401
+        assert send("GET", f"{sim}/v1/models", key="sk-engine").status == 200
+        chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+        reply = send("POST", f"http://127.0.0.1:{port}/v1/chat/completions", chat, key="sk-t")
+        assert reply.status == 200, reply.body
+        assert reply.headers["x-tiergate-tier"] == "nvfp4"
+    finally:
+        stop_processes([process])
+
+
 @pytest.mark.parametrize(
     "argv",
     [

@@ -18,9 +18,10 @@ from gateway.app import PolicyFactory
 from gateway.config import Settings, parse_settings
 from gateway.observer.vllm_metrics import VllmMetricsSnapshot, parse_vllm_metrics
 from tests.helpers import API_KEY, GatewayThread
-from tests.vllm.deployment import Deployment, VllmServer
+from tests.vllm.deployment import ENGINE_API_KEY, Deployment, VllmServer
 
 PUBLIC_MODEL = "tiny-moe"
+ENGINE_HEADERS = {"content-type": "application/json", "authorization": f"Bearer {ENGINE_API_KEY}"}
 ADMIN_TOKEN = "vllm-tests-admin"
 T = TypeVar("T")
 
@@ -36,6 +37,7 @@ def gateway_settings(deployment: Deployment, **overrides: Any) -> Settings:
                 "endpoints": [f"{server.url}/v1"],
                 "served_model_name": server.served_model_name,
                 "vllm_args": server.served_args,
+                "api_key": ENGINE_API_KEY,
             }
             for name, server in deployment.servers.items()
         ],
@@ -76,9 +78,8 @@ def gateway_metric(gw: GatewayThread, name: str, **labels: str) -> float:
 
 
 def post_json(url: str, body: dict[str, Any]) -> Any:
-    request = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"content-type": "application/json"}
-    )
+    """POSTs to a vLLM server directly, with the engines' key."""
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=ENGINE_HEADERS)
     with urllib.request.urlopen(request, timeout=120) as response:
         return json.loads(response.read())
 
@@ -190,6 +191,7 @@ def observed_gateway(
 
 __all__ = [
     "ADMIN_TOKEN",
+    "ENGINE_HEADERS",
     "PUBLIC_MODEL",
     "EngineScrape",
     "admin_get",

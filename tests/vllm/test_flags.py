@@ -12,8 +12,9 @@ import pytest
 from gateway.live.observer import flags_from_args, flags_from_snapshot
 from gateway.planner.params import settings_from_mapping
 from gateway.planner.vllm_args import vllm_serve_args
-from tests.vllm.deployment import Deployment, planned_args
+from tests.vllm.deployment import ENGINE_API_KEY, Deployment, planned_args
 from tests.vllm.support import (
+    ENGINE_HEADERS,
     PUBLIC_MODEL,
     EngineScrape,
     admin_get,
@@ -67,7 +68,8 @@ def test_engines_confirm_the_flags(deployment: Deployment) -> None:
 
 def test_max_model_len_is_the_planners_context(deployment: Deployment) -> None:
     for server in deployment.servers.values():
-        with urllib.request.urlopen(f"{server.url}/v1/models", timeout=10) as response:
+        models = urllib.request.Request(f"{server.url}/v1/models", headers=ENGINE_HEADERS)
+        with urllib.request.urlopen(models, timeout=10) as response:
             card = json.loads(response.read())["data"][0]
         assert card["id"] == server.served_model_name
         assert card["max_model_len"] == deployment.planner["cost"]["l_ctx"]
@@ -105,7 +107,9 @@ def test_admin_plan_shows_running_flags_and_drift(deployment: Deployment, source
     if source == "scrape":
         # Without vllm_args the observer reads the running flags off each engine's page.
         data = gateway_settings(deployment).model_dump(mode="json")
-        overrides["tiers"] = [{**tier, "vllm_args": None} for tier in data["tiers"]]
+        overrides["tiers"] = [
+            {**tier, "vllm_args": None, "api_key": ENGINE_API_KEY} for tier in data["tiers"]
+        ]
     planner = settings_from_mapping(deployment.planner)
     result = plan_after_traffic(deployment, **overrides)
     for name, server in deployment.servers.items():

@@ -18,7 +18,7 @@ from openai import OpenAI
 
 from gateway.observer.acceptance import inverse_accepted_per_round
 from gateway.observer.vllm_metrics import CounterDeltas, counter_deltas
-from tests.vllm.deployment import Deployment, VllmServer
+from tests.vllm.deployment import ENGINE_API_KEY, Deployment, VllmServer
 from tests.vllm.support import (
     PUBLIC_MODEL,
     EngineScrape,
@@ -125,7 +125,7 @@ def hold_streams(
     """`count` long greedy streams straight to the engine, held until `stop` is set. A stream
     ends by itself at max_model_len (seconds on a quiet machine); it is then started again,
     and the time of every start goes to `starts`, so a reader knows when the plateau began."""
-    engine = OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=120)
+    engine = OpenAI(base_url=f"{server.url}/v1", api_key=ENGINE_API_KEY, max_retries=0, timeout=120)
 
     def run(i: int) -> None:
         while not stop.is_set():

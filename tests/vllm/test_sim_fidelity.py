@@ -5,7 +5,8 @@ Covers what README says the simulator does beyond plain text: logprobs in the ch
 completions shapes, streamed and not, usage in every event (`continuous_usage_stats`), one
 event per choice when n > 1, a list of prompts in one completions request, and the
 400s vLLM gives for `top_logprobs` without `logprobs`, an empty prompt (list), greedy sampling
-with n > 1, `suffix` (`best_of` it accepts) and a malformed /tokenize body.
+with n > 1, `suffix` (`best_of` it accepts) and a malformed /tokenize body, and the 401 of
+a server started with an API key.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from typing import Any
 import pytest
 
 from tests.helpers import Sim, free_port
-from tests.vllm.deployment import Deployment
+from tests.vllm.deployment import ENGINE_API_KEY, Deployment
+from tests.vllm.support import ENGINE_HEADERS
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
 
@@ -29,7 +31,7 @@ MESSAGES = [{"role": "user", "content": "Name three rivers."}]
 
 @pytest.fixture(scope="module")
 def sim() -> Iterator[Sim]:
-    running = Sim("nvfp4", free_port(), SIM_MODEL).start()
+    running = Sim("nvfp4", free_port(), SIM_MODEL, extra_args=("--api-key", ENGINE_API_KEY)).start()
     yield running
     running.stop()
 
@@ -53,10 +55,10 @@ def keyed_by_token(logprobs: dict[str, Any]) -> dict[str, Any]:
     return {**logprobs, "top_logprobs": tops[:1]}
 
 
-def post(url: str, body: dict[str, Any]) -> tuple[int, Any]:
-    request = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"content-type": "application/json"}
-    )
+def post(
+    url: str, body: dict[str, Any], headers: dict[str, str] = ENGINE_HEADERS
+) -> tuple[int, Any]:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=120) as response:
             raw = response.read().decode()
@@ -76,8 +78,12 @@ class Pair:
         server = deployment["plain"]
         self.targets = [(server.url, server.served_model_name), (sim.url, SIM_MODEL)]
 
-    def __call__(self, path: str, body: dict[str, Any]) -> list[tuple[int, Any]]:
-        return [post(f"{url}{path}", {**body, "model": model}) for url, model in self.targets]
+    def __call__(
+        self, path: str, body: dict[str, Any], headers: dict[str, str] = ENGINE_HEADERS
+    ) -> list[tuple[int, Any]]:
+        return [
+            post(f"{url}{path}", {**body, "model": model}, headers) for url, model in self.targets
+        ]
 
 
 @pytest.fixture(scope="module")
@@ -204,3 +210,17 @@ def test_the_same_client_errors(both: Pair, path: str, body: dict[str, Any]) -> 
     (vllm_status, vllm), (sim_status, sim) = both(path, body)
     assert vllm_status == sim_status == 400, (vllm, sim)
     assert shape(sim) == shape(vllm)
+
+
+@pytest.mark.parametrize(
+    "authorization", [None, "Bearer sk-wrong", f"Basic {ENGINE_API_KEY}"], ids=str
+)
+def test_the_same_refusal_without_the_engines_key(both: Pair, authorization: str | None) -> None:
+    """Both run with an API key (vLLM's VLLM_API_KEY, the simulator's --api-key): a /v1 call
+    without it gets the same 401, and /tokenize stays open on both."""
+    headers = {"content-type": "application/json"}
+    if authorization is not None:
+        headers["authorization"] = authorization
+    assert both("/v1/chat/completions", CHAT, headers) == [(401, {"error": "Unauthorized"})] * 2
+    tokenized = both("/tokenize", {"prompt": "hello"}, headers)
+    assert [status for status, _ in tokenized] == [200, 200]
