@@ -328,20 +328,26 @@ def _check_header_value(value: str, what: str) -> None:
 
 
 def tier_api_key(tier: TierSettings, environ: Mapping[str, str] | None = None) -> str | None:
-    """The key the tier's engines expect, or None when it sets none. Raises ConfigError when
-    `api_key_env` names a variable that is unset or empty: the engines would refuse every
-    request, so such a configuration is refused instead."""
+    """The key the tier's engines expect, or None when it sets none. An empty variable means
+    no key, as vLLM reads an empty VLLM_API_KEY (one secret can feed both, empty or not);
+    an unset one is a ConfigError, since it is most likely a misspelt name."""
     if tier.api_key is not None:
         return tier.api_key.get_secret_value()
     if tier.api_key_env is None:
         return None
     env = os.environ if environ is None else environ
-    key = env.get(tier.api_key_env, "")
+    key = env.get(tier.api_key_env)
+    if key is None:
+        raise ConfigError(
+            f"tier {tier.name}: api_key_env names ${tier.api_key_env}, which is not set "
+            "(set it empty for engines without a key)"
+        )
+    if not key:
+        return None
     try:
         _check_header_value(key, f"tier {tier.name}: ${tier.api_key_env}")
     except ValueError as exc:
-        unset = f"tier {tier.name}: api_key_env names ${tier.api_key_env}, which is not set"
-        raise ConfigError(unset if not key else str(exc)) from None
+        raise ConfigError(str(exc)) from None
     return key
 
 

@@ -10,13 +10,22 @@ from __future__ import annotations
 from typing import Any
 
 from deploy.rendering import images
-from deploy.rendering.gateway_config import ADMIN_TOKEN_ENV, KEY_ENV, PORT, tier_host
+from deploy.rendering.gateway_config import (
+    ADMIN_TOKEN_ENV,
+    ENGINE_KEY_ENV,
+    KEY_ENV,
+    PORT,
+    tier_host,
+)
 from deploy.rendering.plan import DeployPlan, Target, TierSpec
+from gateway.launcher import SIM_API_KEY_ENV
 
 CONFIG_MOUNT = "./tiergate.yaml:/etc/tiergate/tiergate.yaml:ro"
 # Every service on the local image carries the build, so no service tries to pull it.
 BUILD = {"context": "../..", "dockerfile": "deploy/compose/Dockerfile"}
 GATEWAY_COMMAND = ["serve", "--config", "/etc/tiergate/tiergate.yaml", "--host", "0.0.0.0"]
+# The engines and the gateway read one variable: empty (the default) means no key anywhere.
+ENGINE_KEY = f"${{{ENGINE_KEY_ENV}:-}}"
 
 
 def _escape(value: str) -> str:
@@ -81,7 +90,11 @@ def _vllm(tier: TierSpec, gpu: int) -> dict[str, Any]:
         "image": images.VLLM,
         "entrypoint": ["vllm", "serve"],
         "command": [_escape(a) for a in tier.container_args(PORT)],
-        "environment": {"HF_TOKEN": "${HF_TOKEN:-}", "VLLM_NO_USAGE_STATS": "1"},
+        "environment": {
+            "HF_TOKEN": "${HF_TOKEN:-}",
+            "VLLM_NO_USAGE_STATS": "1",
+            "VLLM_API_KEY": ENGINE_KEY,
+        },
         "volumes": ["${HF_CACHE_DIR:-~/.cache/huggingface}:/root/.cache/huggingface"],
         # vLLM's workers share tensors through /dev/shm.
         "ipc": "host",
@@ -128,6 +141,7 @@ def _sim(tier: TierSpec, hardware: str) -> dict[str, Any]:
         "build": BUILD,
         "image": images.GATEWAY_LOCAL,
         "command": command,
+        "environment": {SIM_API_KEY_ENV: ENGINE_KEY},
         "healthcheck": _http_check(f"http://127.0.0.1:{PORT}/health", "10s"),
         "labels": {"io.tiergate.tier": tier.name, "io.tiergate.precision": tier.precision},
         "restart": "unless-stopped",
@@ -147,6 +161,7 @@ def gpu_compose(plan: DeployPlan) -> dict[str, Any]:
             ]: f"${{{KEY_ENV['default']}:?set {KEY_ENV['default']} (see .env.example)}}",
             KEY_ENV["batch"]: f"${{{KEY_ENV['batch']}:-}}",
             ADMIN_TOKEN_ENV: f"${{{ADMIN_TOKEN_ENV}:-}}",
+            ENGINE_KEY_ENV: ENGINE_KEY,
         },
     )
     services.update(
@@ -170,6 +185,7 @@ def cpu_compose(plan: DeployPlan) -> dict[str, Any]:
             KEY_ENV["default"]: "sk-local-dev",
             KEY_ENV["batch"]: f"${{{KEY_ENV['batch']}:-}}",
             ADMIN_TOKEN_ENV: f"${{{ADMIN_TOKEN_ENV}:-}}",
+            ENGINE_KEY_ENV: ENGINE_KEY,
         },
     )
     services.update(

@@ -2,7 +2,8 @@
 
 Tier endpoints are the service names both setups use (`tier-<name>:8000`). Keys never appear
 here: each tenant reads them from an environment variable that a secret fills
-(`api_keys_env`, comma-separated, plain or `sha256:<hex>`). Every tier also carries the
+(`api_keys_env`, comma-separated, plain or `sha256:<hex>`), and every tier reads the
+engines' key from another (`api_key_env`). Every tier also carries the
 planner's `vllm_args`, so the gateway knows the flags each tier runs with (flag drift).
 """
 
@@ -15,6 +16,9 @@ from deploy.rendering.plan import DeployPlan, Target
 PORT: Final = 8000
 KEY_ENV: Final = {"default": "TIERGATE_KEYS_DEFAULT", "batch": "TIERGATE_KEYS_BATCH"}
 ADMIN_TOKEN_ENV: Final = "TIERGATE_ADMIN_TOKEN"
+# One secret for the engines' VLLM_API_KEY and the gateway's tier keys; empty: no key on
+# either side.
+ENGINE_KEY_ENV: Final = "TIERGATE_ENGINE_KEY"
 
 
 def tier_host(name: str) -> str:
@@ -32,6 +36,7 @@ def gateway_settings(plan: DeployPlan, target: Target) -> dict[str, Any]:
                 "endpoints": [f"http://{tier_host(tier.name)}:{PORT}/v1"],
                 "served_model_name": tier.served_model_name,
                 "vllm_args": tier.vllm_args,
+                "api_key_env": ENGINE_KEY_ENV,
             }
             for tier in target.tiers
         ],
@@ -56,7 +61,8 @@ def comment(target: Target) -> list[str]:
     lines = [
         f"Gateway configuration for the {target.name} ladder (tiers cheapest first).",
         f"Keys: ${KEY_ENV['default']} and ${KEY_ENV['batch']} (comma-separated, plain or",
-        f"sha256:<hex>); admin API: ${ADMIN_TOKEN_ENV}. None of them lives in this file.",
+        f"sha256:<hex>); admin API: ${ADMIN_TOKEN_ENV}; the engines' key (their VLLM_API_KEY):",
+        f"${ENGINE_KEY_ENV}, empty for none. None of them lives in this file.",
         "",
     ]
     for tier in target.tiers:
@@ -64,4 +70,12 @@ def comment(target: Target) -> list[str]:
     return lines
 
 
-__all__ = ["ADMIN_TOKEN_ENV", "KEY_ENV", "PORT", "comment", "gateway_settings", "tier_host"]
+__all__ = [
+    "ADMIN_TOKEN_ENV",
+    "ENGINE_KEY_ENV",
+    "KEY_ENV",
+    "PORT",
+    "comment",
+    "gateway_settings",
+    "tier_host",
+]

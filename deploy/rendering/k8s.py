@@ -16,6 +16,7 @@ from deploy.rendering.dashboard_model import render as render_dashboard
 from deploy.rendering.dashboards import DASHBOARDS
 from deploy.rendering.gateway_config import (
     ADMIN_TOKEN_ENV,
+    ENGINE_KEY_ENV,
     KEY_ENV,
     PORT,
     comment,
@@ -175,7 +176,13 @@ def gateway_secret() -> dict[str, Any]:
             },
         ),
         "type": "Opaque",
-        "stringData": {KEY_ENV["default"]: "", KEY_ENV["batch"]: "", ADMIN_TOKEN_ENV: ""},
+        "stringData": {
+            KEY_ENV["default"]: "",
+            KEY_ENV["batch"]: "",
+            ADMIN_TOKEN_ENV: "",
+            # The engines' VLLM_API_KEY and the gateway's tier key; empty: no key on either.
+            ENGINE_KEY_ENV: "",
+        },
     }
 
 
@@ -261,6 +268,10 @@ def vllm_deployment(tier: TierSpec, target: Target) -> dict[str, Any]:
             },
             {"name": "HF_HOME", "value": "/models/hf"},
             {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
+            {
+                "name": "VLLM_API_KEY",
+                "valueFrom": {"secretKeyRef": {"name": SECRET, "key": ENGINE_KEY_ENV}},
+            },
         ],
         "ports": [HTTP],
         "resources": {

@@ -120,7 +120,7 @@ class SimServer:
     ) -> None:
         self.config = config
         # As vLLM's --api-key: paths under GUARDED_PREFIXES need `Authorization: Bearer <key>`.
-        self._api_key = None if api_key is None else api_key.encode()
+        self._api_key = api_key.encode() if api_key else None  # empty: none, as in vLLM
         self.served_model_name = served_model_name
         self.faults = faults or Faults()
         self.engine = Engine(config)

@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, Final
 
+import pytest
 import yaml
 
 from gateway.config import load_settings
@@ -83,6 +84,23 @@ def test_cpu_file_is_valid_and_simulates_the_same_ladder(tmp_path: Path) -> None
         assert command[command.index("--served-model-name") + 1] == served
     assert cpu["gateway"]["environment"]["TIERGATE_KEYS_DEFAULT"] == "sk-local-dev"
     _monitoring_is_mounted(cpu)
+
+
+@pytest.mark.parametrize("key", [None, "sk-engine"])
+def test_engines_and_gateway_read_one_engine_key(tmp_path: Path, key: str | None) -> None:
+    """TIERGATE_ENGINE_KEY is each engine's key (vLLM's VLLM_API_KEY, the simulator's
+    variable) and the gateway's tier key, in both files; unset, it is empty everywhere,
+    which means no key on either side."""
+    env = {} if key is None else {"TIERGATE_ENGINE_KEY": key}
+    settings = load_settings(COMPOSE / "tiergate.yaml")
+    assert {tier.api_key_env for tier in settings.tiers} == {"TIERGATE_ENGINE_KEY"}
+    gpu = _resolved(GPU, {**SECRETS, **env}, tmp_path)["services"]
+    cpu = _resolved(CPU, env, tmp_path)["services"]
+    expected = key or ""
+    for services, variable in ((gpu, "VLLM_API_KEY"), (cpu, "TIERGATE_SIM_API_KEY")):
+        assert services["gateway"]["environment"]["TIERGATE_ENGINE_KEY"] == expected
+        for name in TIERS:
+            assert services[name]["environment"][variable] == expected, name
 
 
 def test_gateway_config_is_valid_and_keyless() -> None:

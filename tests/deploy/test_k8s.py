@@ -195,6 +195,23 @@ def test_each_tier_gets_a_gpu_and_a_scraped_service(target: str) -> None:
         assert pod["metadata"]["labels"]["tiergate.io/tier"] == tier.name
 
 
+@pytest.mark.parametrize("target", TARGETS)
+def test_engines_and_gateway_read_one_engine_key(target: str) -> None:
+    """Each engine's VLLM_API_KEY and the gateway's tier key come from the same entry of the
+    gateway's Secret (which the gateway reads whole through envFrom)."""
+    rendered = _rendered(target)
+    secret = rendered[("Secret", "tiergate-keys")]
+    config = rendered[("ConfigMap", "tiergate-config")]["data"]["tiergate.yaml"]
+    settings = parse_settings(yaml.safe_load(config))
+    for tier in settings.tiers:
+        assert tier.api_key_env in secret["stringData"]
+        pod = rendered[("Deployment", f"tier-{tier.name}")]["spec"]["template"]
+        (container,) = pod["spec"]["containers"]
+        env = {e["name"]: e for e in container["env"]}
+        reference = {"name": "tiergate-keys", "key": tier.api_key_env}
+        assert env["VLLM_API_KEY"]["valueFrom"]["secretKeyRef"] == reference
+
+
 def test_nvfp4_is_native_on_b200_and_weight_only_on_h200() -> None:
     def notes(target: str) -> str:
         pod = _rendered(target)[("Deployment", "tier-nvfp4")]["spec"]["template"]

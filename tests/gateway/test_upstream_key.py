@@ -126,6 +126,7 @@ def test_key_settings_are_checked() -> None:
     assert tier_api_key(tier, {"ENGINE_KEY": "sk-1"}) == "sk-1"
     with pytest.raises(ConfigError, match="not set"):
         tier_api_key(tier, {})
+    assert tier_api_key(tier, {"ENGINE_KEY": ""}) is None  # vLLM's reading of it
     with pytest.raises(ConfigError, match="printable ASCII"):
         tier_api_key(tier, {"ENGINE_KEY": "sk 1"})
     assert tier_api_key(TierSettings(**base), {}) is None
