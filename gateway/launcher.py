@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import re
 import shutil
 import signal
 import socket
@@ -26,6 +27,8 @@ from gateway.config import Settings, tier_api_key
 
 # How `running_sims` hands a simulator its tier's key (`tiergate sim --api-key` reads it).
 SIM_API_KEY_ENV: Final = "TIERGATE_SIM_API_KEY"
+# `serve --workers` scratch folders under the temp dir: <prefix><kind>-<supervisor pid>-<random>.
+SCRATCH_PREFIX: Final = "tiergate-"
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,10 +233,11 @@ def serve_workers(config_path: Path, host: str, port: int, workers: int) -> None
     which any worker's /metrics merges.
     """
     os.environ["TIERGATE_CONFIG"] = str(config_path.resolve())
+    remove_orphaned_scratch()
     directory = clear_multiprocess_dir()
     created = None
     if not directory:
-        created = tempfile.mkdtemp(prefix="tiergate-metrics-")
+        created = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}metrics-{os.getpid()}-")
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = created
     from gateway.app import LAST_VALID_CONFIG_ENV, check_settings
     from gateway.config import load_settings
@@ -241,7 +245,7 @@ def serve_workers(config_path: Path, host: str, port: int, workers: int) -> None
     from gateway.routing.factory import build_policy
     from gateway.workers import WorkerSupervisor
 
-    kept_dir = tempfile.mkdtemp(prefix="tiergate-config-")
+    kept_dir = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}config-{os.getpid()}-")
     kept = LastValidConfig(
         config_path.resolve(),
         Path(kept_dir) / "last-valid.yaml",
@@ -257,6 +261,30 @@ def serve_workers(config_path: Path, host: str, port: int, workers: int) -> None
         shutil.rmtree(kept_dir, ignore_errors=True)
         if created is not None:  # ours alone: nothing reads it once the workers are gone
             shutil.rmtree(created, ignore_errors=True)
+
+
+def remove_orphaned_scratch(root: Path | None = None) -> list[Path]:
+    """Removes the scratch folders (`tiergate-{config,metrics}-<pid>-*`) of supervisors that
+    are gone: a SIGKILLed one never reaches its own cleanup. Returns what it removed."""
+    removed = []
+    pattern = re.compile(rf"{SCRATCH_PREFIX}(?:config|metrics)-(\d+)-.+")
+    for folder in Path(root or tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
+        owner = pattern.fullmatch(folder.name)
+        if owner is None or _alive(int(owner.group(1))):
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
 
 
 def banner(
@@ -314,6 +342,7 @@ __all__ = [
     "gateway_server_options",
     "local_sim_specs",
     "ports_in_use",
+    "remove_orphaned_scratch",
     "running_sims",
     "serve_workers",
     "stop_processes",
