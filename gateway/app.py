@@ -36,6 +36,7 @@ from gateway.api import admin, routes
 from gateway.api.openai import GenerationHandler
 from gateway.backends.health import HealthChecker
 from gateway.backends.tier import TierBackend, build_tiers, endpoints_by_url
+from gateway.backends.tls import tier_tls_context
 from gateway.config import ConfigError, Settings, load_settings, resolve_secret, tier_api_key
 from gateway.errors import InvalidRequestError, MethodNotAllowedError, NotFoundError
 from gateway.live.observer import LiveObserver
@@ -455,6 +456,7 @@ def check_settings(
     TenantRegistry(settings, env)
     for tier in settings.tiers:
         tier_api_key(tier, env)
+        tier_tls_context(tier)
     policy_factory(settings)
     _redis_client(settings, env)
     if settings.shadow.label_log is not None:

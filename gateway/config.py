@@ -52,15 +52,15 @@ class Endpoint(Section):
     @classmethod
     def parse(cls, url: str) -> Endpoint:
         parts = urlsplit(url)
-        if parts.scheme not in {"http"} or not parts.hostname:
-            raise ValueError(f"endpoint {url!r} must be an http://host[:port]/path URL")
+        if parts.scheme not in {"http", "https"} or not parts.hostname:
+            raise ValueError(f"endpoint {url!r} must be an http(s)://host[:port]/path URL")
         if parts.query or parts.fragment:
             raise ValueError(f"endpoint {url!r} must not carry a query or fragment")
         return cls(
             url=url.rstrip("/"),
             scheme=parts.scheme,
             host=parts.hostname,
-            port=parts.port or 80,
+            port=parts.port or (443 if parts.scheme == "https" else 80),
             base_path=parts.path.rstrip("/"),
         )
 
@@ -77,6 +77,9 @@ class TierSettings(Section):
     # `Authorization: Bearer <key>` on every call. `api_key_env` keeps it out of the file.
     api_key: SecretStr | None = None
     api_key_env: str | None = None
+    # CA bundle that https endpoints' certificates are verified against (default: the
+    # system's trust store). Verification is never turned off.
+    tls_ca_file: Path | None = None
 
     @model_validator(mode="after")
     def _one_key_source(self) -> Self:
@@ -84,6 +87,10 @@ class TierSettings(Section):
             raise ValueError("set api_key or api_key_env, not both")
         if self.api_key is not None:
             _check_header_value(self.api_key.get_secret_value(), "api_key")
+        if self.tls_ca_file is not None and not any(
+            url.startswith("https:") for url in self.endpoints
+        ):
+            raise ValueError("tls_ca_file is for https endpoints; this tier has none")
         return self
 
     @field_validator("endpoints")

@@ -63,13 +63,14 @@ class SimSpec:
 
 
 def local_sim_specs(settings: Settings, extra_args: Sequence[str] = ()) -> list[SimSpec]:
-    """A simulator for every tier endpoint that points at this machine, expecting the tier's
-    key if it has one (ConfigError when that key cannot be resolved)."""
+    """A simulator for every http tier endpoint that points at this machine, expecting the
+    tier's key if it has one (ConfigError when that key cannot be resolved). Simulators
+    speak plain HTTP: an https endpoint is left to whatever serves it."""
     specs = []
     for tier in settings.tiers:
         api_key = tier_api_key(tier)
         for endpoint in tier.parsed_endpoints:
-            if endpoint.host in {"127.0.0.1", "localhost", "::1"}:
+            if endpoint.scheme == "http" and endpoint.host in {"127.0.0.1", "localhost", "::1"}:
                 specs.append(
                     SimSpec(
                         precision=tier.precision,

@@ -64,6 +64,7 @@ async def backends(request: Request, gateway: Gateway) -> Any:
             {
                 "endpoint": state.url,
                 "healthy": state.healthy,
+                "health_error": state.health_error,
                 "circuit": state.circuit_state.name.lower(),
                 "inflight": state.inflight,
                 "consecutive_failures": state.circuit.consecutive_failures,

@@ -21,6 +21,7 @@ Contract:
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections import deque
 from typing import Final, cast
 
@@ -313,9 +314,12 @@ class ConnectionPool:
         *,
         connect_timeout_s: float = 3.0,
         max_idle: int = 512,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.host = host
         self.port = port
+        # For https endpoints: new connections are TLS with this context; replaced on reload.
+        self.tls = tls
         self.connect_timeout_s = connect_timeout_s
         self.max_idle = max_idle
         self._idle: list[_Connection] = []
@@ -416,7 +420,11 @@ class ConnectionPool:
         try:
             async with asyncio.timeout(self.connect_timeout_s):
                 _, conn = await loop.create_connection(
-                    lambda: _Connection(self), self.host, self.port
+                    lambda: _Connection(self),
+                    self.host,
+                    self.port,
+                    ssl=self.tls,
+                    server_hostname=self.host if self.tls is not None else None,
                 )
         except TimeoutError:
             raise UpstreamTimeout(

@@ -19,21 +19,22 @@ def health_path(state: EndpointState) -> bytes:
     return f"{root}/health".encode()
 
 
-async def probe(state: EndpointState, timeout_s: float) -> bool:
+async def probe(state: EndpointState, timeout_s: float) -> str | None:
+    """None when the endpoint is healthy, else why not (for the log and /admin/backends)."""
     request = state.pool.render(b"GET", health_path(state), b"")
     try:
         response = await state.pool.request(
             request, first_byte_timeout_s=timeout_s, total_timeout_s=timeout_s
         )
-    except UpstreamFailure:
-        return False
+    except UpstreamFailure as exc:
+        return str(exc)
     try:
         await response.read(64 * 1024)
-    except UpstreamFailure:
-        return False
+    except UpstreamFailure as exc:
+        return str(exc)
     finally:
         response.release()
-    return response.status == 200
+    return None if response.status == 200 else f"/health answered HTTP {response.status}"
 
 
 class HealthChecker:
@@ -52,15 +53,17 @@ class HealthChecker:
     async def check_once(self) -> None:
         states = [state for tier in self.tiers() for state in tier.endpoints]
         results = await asyncio.gather(*(probe(state, self.timeout_s) for state in states))
-        for state, ok in zip(states, results, strict=True):
-            if ok != state.healthy:
+        for state, error in zip(states, results, strict=True):
+            ok = error is None
+            if ok != state.healthy or error != state.health_error:
                 log.warning(
-                    "endpoint %s of tier %s is now %s",
+                    "endpoint %s of tier %s is %s",
                     state.url,
                     state.tier,
-                    "up" if ok else "down",
+                    "up" if ok else f"down: {error}",
                 )
             state.healthy = ok
+            state.health_error = error
 
     async def run(self) -> None:
         while True:

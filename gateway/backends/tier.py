@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gateway.backends.circuit import CircuitBreaker, CircuitState
 from gateway.backends.h1client import ConnectionPool
+from gateway.backends.tls import tier_tls_context
 from gateway.config import Endpoint, ResilienceSettings, Settings, TierSettings, tier_api_key
 
 
@@ -23,6 +25,7 @@ class EndpointState:
     circuit: CircuitBreaker = field(default_factory=CircuitBreaker)
     inflight: int = 0
     healthy: bool = True
+    health_error: str | None = None  # why the last health check failed
     chat_path: bytes = b""
     completions_path: bytes = b""
     # The tier this endpoint serves in the running configuration. A reload builds new tiers
@@ -73,6 +76,8 @@ class TierBackend:
     endpoints: list[EndpointState] = field(default_factory=list)
     # Pre-rendered header lines sent on every upstream call (the tier's API key).
     upstream_headers: bytes = field(default=b"", repr=False)  # holds a secret
+    # The TLS context of the tier's https endpoints (None: it has none).
+    tls: ssl.SSLContext | None = field(default=None, repr=False)
     _waiters: deque[asyncio.Future[EndpointState]] = field(default_factory=deque)
 
     def adopt_endpoints(self) -> None:
@@ -84,6 +89,7 @@ class TierBackend:
             state.owner = self
             state.max_inflight = self.settings.max_inflight_per_endpoint
             state.pool.default_headers = self.upstream_headers
+            state.pool.tls = self.tls if state.endpoint.scheme == "https" else None
 
     def pick(
         self, exclude: set[EndpointState] | frozenset[EndpointState] = frozenset()
@@ -160,7 +166,7 @@ def build_tiers(
     """Tier backends for `settings`; endpoints unchanged since `previous` keep their pool,
     health and circuit state (a reload must not drop warm connections or forget an outage).
     Kept endpoints are not changed here: `TierBackend.adopt_endpoints` does that on install.
-    Raises ConfigError for a tier key that cannot be resolved."""
+    Raises ConfigError for a tier key or CA file that cannot be used."""
     resilience: ResilienceSettings = settings.resilience
     previous = previous or {}
     tiers = []
@@ -173,6 +179,7 @@ def build_tiers(
             served_model_name=tier.served_model_name or settings.model,
             queue_size=resilience.queue_size,
             upstream_headers=b"" if key is None else f"authorization: Bearer {key}\r\n".encode(),
+            tls=tier_tls_context(tier),
         )
         for endpoint in tier.parsed_endpoints:
             kept = previous.get(endpoint.url)
@@ -180,7 +187,10 @@ def build_tiers(
                 backend.endpoints.append(kept)
                 continue
             pool = ConnectionPool(
-                endpoint.host, endpoint.port, connect_timeout_s=settings.timeouts.connect_s
+                endpoint.host,
+                endpoint.port,
+                connect_timeout_s=settings.timeouts.connect_s,
+                tls=backend.tls if endpoint.scheme == "https" else None,
             )
             pool.default_headers = backend.upstream_headers
             backend.endpoints.append(

@@ -1,0 +1,184 @@
+"""https tier endpoints: certificates verified against the tier's CA file (or the system's
+store), every upstream call over TLS, a certificate that does not verify a clear 502."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trustme
+import uvicorn
+
+from gateway.app import check_settings
+from gateway.config import ConfigError, Endpoint, TierSettings, parse_settings
+from gateway.planner.costmodel import CostModel
+from gateway.sim.engine import EngineConfig
+from gateway.sim.server import SimServer
+from tests.helpers import API_KEY, MODEL, GatewayThread, fixed_policy, free_port, send
+
+CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4}
+
+
+class TlsSim:
+    """A simulated tier served over https by uvicorn on a background thread."""
+
+    def __init__(self, certfile: Path, keyfile: Path) -> None:
+        self.port = free_port()
+        self.sim = SimServer(
+            EngineConfig(precision="nvfp4", cost_model=CostModel.preset("h200")), "sim-tls"
+        )
+        config = uvicorn.Config(
+            self.sim,
+            host="127.0.0.1",
+            port=self.port,
+            ssl_certfile=str(certfile),
+            ssl_keyfile=str(keyfile),
+            log_level="warning",
+        )
+        self.server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=lambda: asyncio.run(self.server.serve()), daemon=True
+        )
+
+    def __enter__(self) -> TlsSim:
+        self._thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            assert time.monotonic() < deadline and self._thread.is_alive(), "no TLS sim"
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self._thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("pki")
+    ca, stranger = trustme.CA(), trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    files = {
+        "ca": folder / "ca.pem",
+        "stranger": folder / "stranger.pem",
+        "cert": folder / "cert.pem",
+        "key": folder / "key.pem",
+    }
+    ca.cert_pem.write_to_path(str(files["ca"]))
+    stranger.cert_pem.write_to_path(str(files["stranger"]))
+    cert.cert_chain_pems[0].write_to_path(str(files["cert"]))
+    cert.private_key_pem.write_to_path(str(files["key"]))
+    return files
+
+
+@pytest.fixture(scope="module")
+def tls_sim(pki: dict[str, Path]) -> Iterator[TlsSim]:
+    with TlsSim(pki["cert"], pki["key"]) as sim:
+        yield sim
+
+
+def tls_settings(sim: TlsSim, admin: dict[str, str] | None = None, **tier: Any) -> Any:
+    return parse_settings(
+        {
+            "model": MODEL,
+            # The same engine under its IP and its DNS name: both are in its certificate.
+            "tiers": [
+                {
+                    "name": name,
+                    "precision": name,
+                    "endpoints": [f"https://{host}:{sim.port}/v1"],
+                    "served_model_name": "sim-tls",
+                    **tier,
+                }
+                for name, host in (("nvfp4", "127.0.0.1"), ("bf16", "localhost"))
+            ],
+            "tenants": [{"name": "default", "api_keys": [API_KEY]}],
+            "resilience": {"health_interval_s": 0.2},
+            "admin": admin or {},
+        }
+    )
+
+
+def test_an_https_tier_is_served_over_verified_tls(tls_sim: TlsSim, pki: dict[str, Path]) -> None:
+    before = tls_sim.sim.stats.requests
+    settings = tls_settings(tls_sim, tls_ca_file=str(pki["ca"]))
+    with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
+        reply = send("POST", f"{gw.url}/v1/chat/completions", CHAT)
+        assert reply.status == 200, reply.body
+        stream = send("POST", f"{gw.url}/v1/chat/completions", {**CHAT, "stream": True})
+        assert stream.status == 200 and stream.body.rstrip().endswith(b"data: [DONE]")
+        pinned = send(
+            "POST", f"{gw.url}/v1/chat/completions", CHAT, headers={"x-tiergate-tier": "bf16"}
+        )
+        assert pinned.status == 200 and pinned.headers["x-tiergate-tier"] == "bf16"
+        assert tls_sim.sim.stats.requests - before == 3
+        # Health checks go over TLS too: both endpoints stay healthy.
+        time.sleep(0.5)
+        assert all(tier.endpoints[0].healthy for tier in gw.app.runtime.tiers)
+
+
+@pytest.mark.parametrize("ca", ["stranger", None], ids=["another-ca", "system-store"])
+def test_a_certificate_that_does_not_verify_is_a_502(
+    tls_sim: TlsSim, pki: dict[str, Path], ca: str | None
+) -> None:
+    extra = {} if ca is None else {"tls_ca_file": str(pki[ca])}
+    before = tls_sim.sim.stats.requests
+    settings = tls_settings(tls_sim, admin={"token": "adm"}, **extra)
+    with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
+        reply = send("POST", f"{gw.url}/v1/chat/completions", CHAT)
+        assert reply.status in {502, 503}, reply.body  # 503 once health checks took it out
+        assert tls_sim.sim.stats.requests == before  # nothing reached the engine
+        # The operator sees why: the health check's reason, in the admin view.
+        deadline = time.monotonic() + 5
+        while True:
+            (state,) = send("GET", f"{gw.url}/admin/backends", key="adm").json()["nvfp4"]
+            if state["health_error"] is not None or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert state["healthy"] is False
+        assert "certificate verify failed" in state["health_error"].lower()
+
+
+def test_tls_settings_are_checked(tmp_path: Path) -> None:
+    assert Endpoint.parse("https://engine.example/v1").port == 443
+    assert Endpoint.parse("http://engine.example/v1").port == 80
+    with pytest.raises(ValueError, match="http"):
+        Endpoint.parse("ftp://engine.example/v1")
+    plain = {"name": "t", "precision": "bf16", "endpoints": ["http://127.0.0.1:9/v1"]}
+    with pytest.raises(ValueError, match="https endpoints"):
+        TierSettings(**plain, tls_ca_file=tmp_path / "ca.pem")
+    missing = parse_settings(
+        {
+            "model": MODEL,
+            "tiers": [
+                {
+                    "name": name,
+                    "precision": name,
+                    "endpoints": [f"https://127.0.0.1:{port}/v1"],
+                    "tls_ca_file": str(tmp_path / "nowhere.pem"),
+                }
+                for name, port in (("nvfp4", 9), ("bf16", 10))
+            ],
+            "tenants": [{"name": "default", "api_keys": [API_KEY]}],
+        }
+    )
+    with pytest.raises(ConfigError, match=r"nowhere\.pem"):
+        check_settings(missing, fixed_policy(0), environ={})
+
+
+def test_a_reload_swaps_the_ca_on_kept_endpoints(tls_sim: TlsSim, pki: dict[str, Path]) -> None:
+    settings = tls_settings(tls_sim, tls_ca_file=str(pki["stranger"]))
+    with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
+        assert send("POST", f"{gw.url}/v1/chat/completions", CHAT).status in {502, 503}
+        kept = gw.app.runtime.tiers[0].endpoints[0]
+        gw.app.reload(tls_settings(tls_sim, tls_ca_file=str(pki["ca"])))
+        assert gw.app.runtime.tiers[0].endpoints[0] is kept
+        deadline = time.monotonic() + 5
+        while not kept.healthy and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert send("POST", f"{gw.url}/v1/chat/completions", CHAT).status == 200
