@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from gateway.cli import plan_cmd, regime_cmd, router_cmd, serve_cmd
+from gateway.cli import check_cmd, plan_cmd, regime_cmd, router_cmd, serve_cmd
 
 app = typer.Typer(
     name="tiergate",
@@ -18,6 +18,7 @@ app = typer.Typer(
     add_completion=False,
 )
 serve_cmd.register(app)
+check_cmd.register(app)
 app.add_typer(router_cmd.app, name="router")
 app.add_typer(plan_cmd.app, name="plan")
 regime_cmd.register(app)

@@ -41,7 +41,7 @@ ConfigOption = Annotated[
 ]
 
 
-def _config_path(config: Path | None) -> Path | None:
+def given_config_path(config: Path | None) -> Path | None:
     if config is not None:
         return config
     return Path(os.environ["TIERGATE_CONFIG"]) if os.environ.get("TIERGATE_CONFIG") else None
@@ -50,7 +50,7 @@ def _config_path(config: Path | None) -> Path | None:
 def _settings(config: Path | None, port: int | None, sim_base_port: int = 9001):  # type: ignore[no-untyped-def]
     from gateway.config import ConfigError, default_settings, load_settings
 
-    source = _config_path(config)
+    source = given_config_path(config)
     ports = (sim_base_port, sim_base_port + 1, sim_base_port + 2)
     try:
         settings = load_settings(source) if source else default_settings(sim_ports=ports)
@@ -65,7 +65,7 @@ def _settings(config: Path | None, port: int | None, sim_base_port: int = 9001):
 
 
 @contextlib.contextmanager
-def _config_errors_exit() -> Iterator[None]:
+def config_errors_exit() -> Iterator[None]:
     """What pydantic cannot see in a config (a key shared by tenants, a router model that does
     not load) ends the command in one line with exit 2, never a traceback."""
     from gateway.app import RELOAD_ERRORS
@@ -155,17 +155,17 @@ def up(
             update={"admin": settings.admin.model_copy(update={"token": admin_token})}
         )
     exit_on_sigterm()
-    with _config_errors_exit():
+    with config_errors_exit():
         specs = local_sim_specs(settings, ("--time-scale", str(sim_time_scale)))
     host = settings.server.host
     _refuse_busy_ports(host, settings.server.port, [spec.port for spec in specs], config)
     try:
         with running_sims(specs):
-            with _config_errors_exit():
+            with config_errors_exit():
                 app = build_app(
                     settings,
                     policy_factory=build_policy,
-                    config_path=_config_path(config),
+                    config_path=given_config_path(config),
                     watch_config=True,
                 )
             keys = [k.get_secret_value() for t in settings.tenants for k in t.api_keys]
@@ -215,12 +215,12 @@ def serve(
 
     settings = _settings(config, port)
     count = workers or settings.server.workers
-    path = _config_path(config)
+    path = given_config_path(config)
     if count > 1:
         if path is None:
             typer.echo("tiergate: --workers needs a --config file (each worker reads it)", err=True)
             raise typer.Exit(2)
-        with _config_errors_exit():
+        with config_errors_exit():
             check_settings(settings, build_policy)
         try:
             serve_workers(path, host or settings.server.host, settings.server.port, count)
@@ -233,7 +233,7 @@ def serve(
         return
     exit_on_sigterm()
     clear_multiprocess_dir()
-    with _config_errors_exit():
+    with config_errors_exit():
         app = build_app(settings, policy_factory=build_policy, config_path=path, watch_config=True)
     freeze_startup_heap()
     run_event_loop(_serve(app, host or settings.server.host, settings.server.port))
