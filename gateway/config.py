@@ -56,6 +56,12 @@ class Endpoint(Section):
             raise ValueError(f"endpoint {url!r} must be an http(s)://host[:port]/path URL")
         if parts.query or parts.fragment:
             raise ValueError(f"endpoint {url!r} must not carry a query or fragment")
+        try:
+            parts.hostname.encode("idna")
+        except UnicodeError:
+            raise ValueError(
+                f"endpoint {url!r}: {parts.hostname!r} is not a valid host name"
+            ) from None
         return cls(
             url=url.rstrip("/"),
             scheme=parts.scheme,
@@ -88,7 +94,7 @@ class TierSettings(Section):
         if self.api_key is not None:
             _check_header_value(self.api_key.get_secret_value(), "api_key")
         if self.tls_ca_file is not None and not any(
-            url.startswith("https:") for url in self.endpoints
+            Endpoint.parse(url).scheme == "https" for url in self.endpoints
         ):
             raise ValueError("tls_ca_file is for https endpoints; this tier has none")
         return self

@@ -6,13 +6,10 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
-import re
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -27,8 +24,6 @@ from gateway.config import Settings, tier_api_key
 
 # How `running_sims` hands a simulator its tier's key (`tiergate sim --api-key` reads it).
 SIM_API_KEY_ENV: Final = "TIERGATE_SIM_API_KEY"
-# `serve --workers` scratch folders under the temp dir: <prefix><kind>-<supervisor pid>-<random>.
-SCRATCH_PREFIX: Final = "tiergate-"
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,59 +228,30 @@ def serve_workers(config_path: Path, host: str, port: int, workers: int) -> None
     $TIERGATE_CONFIG; counters and histograms go to files in $PROMETHEUS_MULTIPROC_DIR,
     which any worker's /metrics merges.
     """
-    os.environ["TIERGATE_CONFIG"] = str(config_path.resolve())
-    remove_orphaned_scratch()
-    directory = clear_multiprocess_dir()
-    created = None
-    if not directory:
-        created = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}metrics-{os.getpid()}-")
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = created
     from gateway.app import LAST_VALID_CONFIG_ENV, check_settings
     from gateway.config import load_settings
     from gateway.last_valid import LastValidConfig
     from gateway.routing.factory import build_policy
+    from gateway.scratch import remove_orphaned_scratch, scratch_dir
     from gateway.workers import WorkerSupervisor
 
-    kept_dir = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}config-{os.getpid()}-")
-    kept = LastValidConfig(
-        config_path.resolve(),
-        Path(kept_dir) / "last-valid.yaml",
-        lambda path: check_settings(load_settings(path), build_policy),
-    )
-    os.environ[LAST_VALID_CONFIG_ENV] = str(kept.copy)
-    # Workers end with the supervisor, even a SIGKILLed one (`die_with_parent`), instead of
-    # serving on as orphans that hold the port.
-    os.environ[PARENT_PID_ENV] = str(os.getpid())
-    try:
+    os.environ["TIERGATE_CONFIG"] = str(config_path.resolve())
+    remove_orphaned_scratch()
+    with contextlib.ExitStack() as scratch:
+        if not clear_multiprocess_dir():
+            # Ours alone: nothing reads it once the workers are gone, so it goes with us.
+            metrics = scratch.enter_context(scratch_dir("metrics"))
+            os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics)
+        kept = LastValidConfig(
+            config_path.resolve(),
+            scratch.enter_context(scratch_dir("config")) / "last-valid.yaml",
+            lambda path: check_settings(load_settings(path), build_policy),
+        )
+        os.environ[LAST_VALID_CONFIG_ENV] = str(kept.copy)
+        # Workers end with the supervisor, even a SIGKILLed one (`die_with_parent`), instead
+        # of serving on as orphans that hold the port.
+        os.environ[PARENT_PID_ENV] = str(os.getpid())
         WorkerSupervisor(host, port, workers, watch=kept.refresh).run()
-    finally:
-        shutil.rmtree(kept_dir, ignore_errors=True)
-        if created is not None:  # ours alone: nothing reads it once the workers are gone
-            shutil.rmtree(created, ignore_errors=True)
-
-
-def remove_orphaned_scratch(root: Path | None = None) -> list[Path]:
-    """Removes the scratch folders (`tiergate-{config,metrics}-<pid>-*`) of supervisors that
-    are gone: a SIGKILLed one never reaches its own cleanup. Returns what it removed."""
-    removed = []
-    pattern = re.compile(rf"{SCRATCH_PREFIX}(?:config|metrics)-(\d+)-.+")
-    for folder in Path(root or tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
-        owner = pattern.fullmatch(folder.name)
-        if owner is None or _alive(int(owner.group(1))):
-            continue
-        shutil.rmtree(folder, ignore_errors=True)
-        removed.append(folder)
-    return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: alive
-        return True
-    return True
 
 
 def banner(
@@ -343,7 +309,6 @@ __all__ = [
     "gateway_server_options",
     "local_sim_specs",
     "ports_in_use",
-    "remove_orphaned_scratch",
     "running_sims",
     "serve_workers",
     "stop_processes",

@@ -191,12 +191,16 @@ class _Connection(asyncio.Protocol):
         "closed",
         "response",
         "timer",
+        "tls",
         "transport",
         "waiter",
     )
 
     def __init__(self, pool: ConnectionPool) -> None:
         self._pool = pool
+        # The context the connection was opened with: once a reload changes the pool's,
+        # this connection is not reused (it was verified against the old CA).
+        self.tls = pool.tls
         self._parser = httptools.HttpResponseParser(self)
         self.transport: asyncio.Transport | None = None
         self.response: UpstreamResponse | None = None
@@ -430,23 +434,31 @@ class ConnectionPool:
             raise UpstreamTimeout(
                 f"connecting to {self.host}:{self.port} took over {self.connect_timeout_s}s"
             ) from None
-        except OSError as exc:
+        except (OSError, UnicodeError) as exc:  # UnicodeError: a host name IDNA cannot encode
             raise UpstreamConnectError(
-                f"cannot connect to {self.host}:{self.port}: {exc.strerror or exc}"
+                f"cannot connect to {self.host}:{self.port}: "
+                f"{getattr(exc, 'strerror', None) or exc}"
             ) from None
         return conn
 
     def _pop_idle(self) -> _Connection | None:
         while self._idle:
             conn = self._idle.pop()
-            if not conn.closed and conn.transport is not None and not conn.transport.is_closing():
+            if conn.tls is not self.tls:
+                conn.close()
+            elif not conn.closed and conn.transport is not None and not conn.transport.is_closing():
                 return conn
         return None
 
     def give_back(self, conn: _Connection) -> None:
         # A closed pool (its endpoint left the configuration) keeps nothing: a request still
         # in flight when it closed would otherwise park its connection here for good.
-        if conn.closed or self._closed or len(self._idle) >= self.max_idle:
+        if (
+            conn.closed
+            or self._closed
+            or conn.tls is not self.tls
+            or len(self._idle) >= self.max_idle
+        ):
             conn.close()
         else:
             self._idle.append(conn)

@@ -182,3 +182,37 @@ def test_a_reload_swaps_the_ca_on_kept_endpoints(tls_sim: TlsSim, pki: dict[str,
         while not kept.healthy and time.monotonic() < deadline:
             time.sleep(0.05)
         assert send("POST", f"{gw.url}/v1/chat/completions", CHAT).status == 200
+
+
+def test_a_reload_to_a_ca_that_does_not_sign_the_engine_stops_reusing_connections(
+    tls_sim: TlsSim, pki: dict[str, Path]
+) -> None:
+    """Connections verified with the old CA are not reused once a reload changes it (they
+    kept serving, and health checks kept the endpoint up); an unchanged CA file keeps the
+    same context, so a reload alone does not drop warm connections."""
+    settings = tls_settings(tls_sim, tls_ca_file=str(pki["ca"]))
+    with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
+        assert send("POST", f"{gw.url}/v1/chat/completions", CHAT).status == 200
+        kept = gw.app.runtime.tiers[0].endpoints[0]
+        context = kept.pool.tls
+        gw.app.reload(tls_settings(tls_sim, tls_ca_file=str(pki["ca"])))
+        assert kept.pool.tls is context  # its connections stay reusable
+        before = tls_sim.sim.stats.requests
+        gw.app.reload(tls_settings(tls_sim, tls_ca_file=str(pki["stranger"])))
+        statuses = [send("POST", f"{gw.url}/v1/chat/completions", CHAT).status for _ in range(3)]
+        assert set(statuses) <= {502, 503}, statuses
+        assert tls_sim.sim.stats.requests == before
+        deadline = time.monotonic() + 5
+        while kept.healthy and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not kept.healthy and "certificate verify failed" in (kept.health_error or "")
+
+
+def test_endpoint_urls_are_read_as_urls(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    tier = TierSettings(
+        name="t", precision="bf16", endpoints=["HTTPS://Engine.Example/v1"], tls_ca_file=ca
+    )
+    assert tier.parsed_endpoints[0].scheme == "https"
+    with pytest.raises(ValueError, match="not a valid host name"):
+        Endpoint.parse(f"http://{'a' * 64}.example/v1")  # a DNS label holds 63 at most
