@@ -10,12 +10,7 @@ from typing import Annotated
 
 import typer
 
-from gateway.cli.serve_cmd import (
-    ConfigOption,
-    config_errors_exit,
-    given_config_path,
-    run_event_loop,
-)
+from gateway.cli.serve_cmd import ConfigOption, given_config_path, run_event_loop
 
 
 def check(
@@ -31,7 +26,7 @@ def check(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
 ) -> None:
     """Check a configuration the way `serve` would, without serving."""
-    from gateway.app import check_settings
+    from gateway.app import RELOAD_ERRORS, check_settings
     from gateway.backends.tier import build_tiers
     from gateway.config import load_settings
     from gateway.preflight import EndpointReport, probe_tiers
@@ -41,10 +36,16 @@ def check(
     if path is None:
         typer.echo("tiergate: check needs --config FILE (or $TIERGATE_CONFIG)", err=True)
         raise typer.Exit(2)
-    with config_errors_exit():
+    try:
         settings = load_settings(path)
         check_settings(settings, build_policy)
         tiers = build_tiers(settings)
+    except RELOAD_ERRORS as exc:
+        if as_json:  # a pipeline reading stdout gets the verdict too
+            refused = {"config": str(path), "valid": False, "error": str(exc), "ok": False}
+            typer.echo(json.dumps(refused, indent=2))
+        typer.echo(f"tiergate: {exc}", err=True)
+        raise typer.Exit(2) from None
     reports: list[EndpointReport] = []
     if probe:
 

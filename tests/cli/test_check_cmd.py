@@ -58,6 +58,10 @@ def test_what_serve_would_refuse_is_exit_2_in_one_line(keyed: Ladder, tmp_path: 
     broken = tmp_path / "broken.yaml"
     broken.write_text("tiers: [")
     assert check("--config", str(broken)).exit_code == 2
+    as_json = runner.invoke(app, ["check", "--config", str(broken), "--json"])
+    assert as_json.exit_code == 2
+    document = json.loads(as_json.stdout)
+    assert document["valid"] is False and "not valid YAML" in document["error"]
 
 
 def test_probe_passes_when_every_engine_answers_as_configured(
