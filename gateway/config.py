@@ -86,6 +86,10 @@ class TierSettings(Section):
     # CA bundle that https endpoints' certificates are verified against (default: the
     # system's trust store). Verification is never turned off.
     tls_ca_file: Path | None = None
+    # The gateway's own certificate (PEM, with its chain) and key, for engines that ask for
+    # one (mutual TLS).
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
 
     @model_validator(mode="after")
     def _one_key_source(self) -> Self:
@@ -93,10 +97,16 @@ class TierSettings(Section):
             raise ValueError("set api_key or api_key_env, not both")
         if self.api_key is not None:
             _check_header_value(self.api_key.get_secret_value(), "api_key")
-        if self.tls_ca_file is not None and not any(
-            Endpoint.parse(url).scheme == "https" for url in self.endpoints
-        ):
-            raise ValueError("tls_ca_file is for https endpoints; this tier has none")
+        tls_files = {
+            "tls_ca_file": self.tls_ca_file,
+            "tls_cert_file": self.tls_cert_file,
+            "tls_key_file": self.tls_key_file,
+        }
+        named = [name for name, value in tls_files.items() if value is not None]
+        if named and not any(Endpoint.parse(url).scheme == "https" for url in self.endpoints):
+            raise ValueError(f"{', '.join(named)}: for https endpoints; this tier has none")
+        if self.tls_key_file is not None and self.tls_cert_file is None:
+            raise ValueError("tls_key_file needs tls_cert_file")
         return self
 
     @field_validator("endpoints")

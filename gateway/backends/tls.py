@@ -5,35 +5,45 @@ from __future__ import annotations
 import functools
 import os
 import ssl
+from pathlib import Path
 
 from gateway.config import ConfigError, TierSettings
+
+# A file as the context cache sees it: its path, and its modification time and size, so a
+# rewritten file is read again.
+FileState = tuple[str, int, int] | None
 
 
 def tier_tls_context(tier: TierSettings) -> ssl.SSLContext | None:
     """The context the tier's https endpoints are reached with (certificate and host name
-    verified, against `tls_ca_file` or the system's trust store); None without https
-    endpoints. The same CA file, unchanged, gives the same context, so a reload keeps the
-    connections verified with it; a changed one gives a new context, and the pool stops
-    reusing connections verified with the old. Raises ConfigError for a CA file that cannot
-    be read."""
+    verified, against `tls_ca_file` or the system's trust store; the gateway's own
+    certificate when `tls_cert_file` is set); None without https endpoints. The same files,
+    unchanged, give the same context, so a reload keeps the connections made with it; changed
+    ones give a new context, and the pool stops reusing connections made with the old.
+    Raises ConfigError for a file that cannot be used."""
     if not any(endpoint.scheme == "https" for endpoint in tier.parsed_endpoints):
         return None
-    ca_file = tier.tls_ca_file
     try:
-        if ca_file is None:
-            return _context(None, 0, 0)
-        stat = os.stat(ca_file)
-        return _context(str(ca_file), stat.st_mtime_ns, stat.st_size)
+        return _context(
+            _state(tier.tls_ca_file), _state(tier.tls_cert_file), _state(tier.tls_key_file)
+        )
     except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(
-            f"tier {tier.name}: tls_ca_file {ca_file} cannot be used: {exc}"
-        ) from None
+        raise ConfigError(f"tier {tier.name}: a TLS file cannot be used: {exc}") from None
+
+
+def _state(path: Path | None) -> FileState:
+    if path is None:
+        return None
+    stat = os.stat(path)
+    return str(path), stat.st_mtime_ns, stat.st_size
 
 
 @functools.lru_cache(maxsize=32)
-def _context(ca_file: str | None, mtime_ns: int, size: int) -> ssl.SSLContext:
-    # mtime and size are part of the key only so that a rewritten file is read again.
-    return ssl.create_default_context(cafile=ca_file)
+def _context(ca: FileState, cert: FileState, key: FileState) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=None if ca is None else ca[0])
+    if cert is not None:
+        context.load_cert_chain(cert[0], None if key is None else key[0])
+    return context
 
 
 __all__ = ["tier_tls_context"]

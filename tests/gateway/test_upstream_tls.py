@@ -4,6 +4,7 @@ store), every upstream call over TLS, a certificate that does not verify a clear
 from __future__ import annotations
 
 import asyncio
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ import trustme
 import uvicorn
 
 from gateway.app import check_settings
+from gateway.backends.tls import tier_tls_context
 from gateway.config import ConfigError, Endpoint, TierSettings, parse_settings
 from gateway.planner.costmodel import CostModel
 from gateway.sim.engine import EngineConfig
@@ -27,7 +29,7 @@ CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hello"}], "max
 class TlsSim:
     """A simulated tier served over https by uvicorn on a background thread."""
 
-    def __init__(self, certfile: Path, keyfile: Path) -> None:
+    def __init__(self, certfile: Path, keyfile: Path, client_ca: Path | None = None) -> None:
         self.port = free_port()
         self.sim = SimServer(
             EngineConfig(precision="nvfp4", cost_model=CostModel.preset("h200")), "sim-tls"
@@ -38,6 +40,9 @@ class TlsSim:
             port=self.port,
             ssl_certfile=str(certfile),
             ssl_keyfile=str(keyfile),
+            # With client_ca: mutual TLS, the client must show a certificate it signed.
+            ssl_cert_reqs=ssl.CERT_REQUIRED if client_ca else ssl.CERT_NONE,
+            ssl_ca_certs=None if client_ca is None else str(client_ca),
             log_level="warning",
         )
         self.server = uvicorn.Server(config)
@@ -63,16 +68,21 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("pki")
     ca, stranger = trustme.CA(), trustme.CA()
     cert = ca.issue_cert("127.0.0.1", "localhost")
+    client = ca.issue_cert("tiergate-gateway")
     files = {
         "ca": folder / "ca.pem",
         "stranger": folder / "stranger.pem",
         "cert": folder / "cert.pem",
         "key": folder / "key.pem",
+        "client_cert": folder / "client-cert.pem",
+        "client_key": folder / "client-key.pem",
     }
     ca.cert_pem.write_to_path(str(files["ca"]))
     stranger.cert_pem.write_to_path(str(files["stranger"]))
     cert.cert_chain_pems[0].write_to_path(str(files["cert"]))
     cert.private_key_pem.write_to_path(str(files["key"]))
+    client.cert_chain_pems[0].write_to_path(str(files["client_cert"]))
+    client.private_key_pem.write_to_path(str(files["client_key"]))
     return files
 
 
@@ -216,3 +226,31 @@ def test_endpoint_urls_are_read_as_urls(tmp_path: Path) -> None:
     assert tier.parsed_endpoints[0].scheme == "https"
     with pytest.raises(ValueError, match="not a valid host name"):
         Endpoint.parse(f"http://{'a' * 64}.example/v1")  # a DNS label holds 63 at most
+
+
+def test_mutual_tls_shows_the_gateways_certificate(pki: dict[str, Path]) -> None:
+    """An engine that asks for a client certificate (mutual TLS) serves the gateway when the
+    tier names one, and nothing reaches it when it does not."""
+    with TlsSim(pki["cert"], pki["key"], client_ca=pki["ca"]) as mtls:
+        client = {"tls_cert_file": str(pki["client_cert"]), "tls_key_file": str(pki["client_key"])}
+        settings = tls_settings(mtls, tls_ca_file=str(pki["ca"]), **client)
+        with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
+            assert send("POST", f"{gw.url}/v1/chat/completions", CHAT).status == 200
+        without = tls_settings(mtls, tls_ca_file=str(pki["ca"]))
+        with GatewayThread(without, policy_factory=fixed_policy(0)) as gw:
+            assert send("POST", f"{gw.url}/v1/chat/completions", CHAT).status in {502, 503}
+        assert mtls.sim.stats.requests == 1
+
+
+def test_client_certificate_settings_are_checked(pki: dict[str, Path]) -> None:
+    https = {"name": "t", "precision": "bf16", "endpoints": ["https://127.0.0.1:9/v1"]}
+    with pytest.raises(ValueError, match="tls_key_file needs tls_cert_file"):
+        TierSettings(**https, tls_key_file=pki["client_key"])
+    plain = {**https, "endpoints": ["http://127.0.0.1:9/v1"]}
+    with pytest.raises(ValueError, match="tls_cert_file: for https endpoints"):
+        TierSettings(**plain, tls_cert_file=pki["client_cert"])
+    mismatched = TierSettings(
+        **https, tls_cert_file=pki["client_cert"], tls_key_file=pki["key"]
+    )  # the server's key, not the client certificate's
+    with pytest.raises(ConfigError, match="TLS file cannot be used"):
+        tier_tls_context(mismatched)
