@@ -119,6 +119,9 @@ class ChatCompletionRequest(SamplingFields):
 
 class CompletionRequest(SamplingFields):
     prompt: str | list[str] | list[int] | list[list[int]]
+    # 0 only with echo: the prompt's own logprobs, nothing generated (how evaluation
+    # harnesses score a prompt); `parse_request` checks the pair.
+    max_tokens: Annotated[int, Field(ge=0)] | None = None
     echo: bool | None = None
     suffix: str | None = None
     logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
@@ -176,6 +179,10 @@ def parse_request(
         _REQUEST_MODELS[kind].model_validate(data)
     except ValidationError as exc:
         raise _as_invalid_request(exc) from None
+    if kind == "completions" and data.get("max_tokens") == 0 and data.get("echo") is not True:
+        raise InvalidRequestError(
+            "max_tokens must be at least 1, got 0 (0 is for echo: true).", param="max_tokens"
+        )
     return data
 
 

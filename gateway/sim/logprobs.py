@@ -11,6 +11,7 @@ import math
 import zlib
 from typing import Any
 
+from gateway.sim import tokenizer
 from gateway.sim.textgen import WORDS
 
 
@@ -85,4 +86,38 @@ def completion_logprobs(
     }
 
 
-__all__ = ["chat_logprobs", "completion_logprobs"]
+def echoed_logprobs(
+    prompt: str, top: int, generated: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """`choices[].logprobs` of a completion that echoes its prompt: the prompt's tokens first
+    (they spell it from offset 0; the first has no logprob, as nothing precedes it), then
+    the `generated` entries, whose offsets count from the end of the prompt."""
+    echoed: dict[str, Any] = {"text_offset": [], "token_logprobs": [], "top_logprobs": []}
+    echoed["tokens"] = tokenizer.piece_texts(prompt)
+    offset = 0
+    for position, token in enumerate(echoed["tokens"]):
+        ranked = _ranked(token, 0, max(top, 1))  # position 0: the token as it is
+        echoed["text_offset"].append(offset)
+        echoed["token_logprobs"].append(None if position == 0 else ranked[0][1])
+        echoed["top_logprobs"].append(None if position == 0 else dict(ranked[: max(top, 1)]))
+        offset += len(token)
+    if generated is not None:
+        for key in ("tokens", "token_logprobs", "top_logprobs"):
+            echoed[key] += generated[key]
+        echoed["text_offset"] += [len(prompt) + at for at in generated["text_offset"]]
+    return echoed
+
+
+def prompt_logprob_map(prompt: str, top: int) -> list[dict[str, dict[str, Any]] | None]:
+    """A choice's `prompt_logprobs` when the prompt's were asked for (echo with logprobs):
+    per prompt token, its id's logprob, rank and text (None for the first), as vLLM lists
+    them."""
+    echoed = echoed_logprobs(prompt, top)
+    entries: list[dict[str, dict[str, Any]] | None] = [None]
+    for token, logprob in zip(echoed["tokens"][1:], echoed["token_logprobs"][1:], strict=True):
+        entry = {"logprob": logprob, "rank": 1, "decoded_token": token}
+        entries.append({str(tokenizer.token_id(token.strip())): entry})
+    return entries
+
+
+__all__ = ["chat_logprobs", "completion_logprobs", "echoed_logprobs", "prompt_logprob_map"]

@@ -31,7 +31,12 @@ from gateway.protocol import (
 from gateway.sim import textgen, tokenizer
 from gateway.sim.engine import Engine, EngineConfig, Sequence, SequenceGroup
 from gateway.sim.faults import Faults
-from gateway.sim.logprobs import chat_logprobs, completion_logprobs
+from gateway.sim.logprobs import (
+    chat_logprobs,
+    completion_logprobs,
+    echoed_logprobs,
+    prompt_logprob_map,
+)
 from gateway.sim.metrics import SimCollector, exposition
 from gateway.sim.stops import cut_at_stop, spaced_texts
 from gateway.sim.streaming import SYSTEM_FINGERPRINT, StreamDropped, StreamWriter, response_id
@@ -105,6 +110,10 @@ class Prepared:
     continuous_usage: bool  # usage in every event too (needs include_usage, as in vLLM)
     tool_calls: list[ToolCallAnswer | None]  # per choice
     top_logprobs: int | None  # None: no logprobs asked for
+    # Completions with echo: per choice, the prompt the answer starts with (else None).
+    # echo_only (max_tokens 0): the prompt alone; the one token generated is not returned.
+    echoes: list[str | None]
+    echo_only: bool
 
 
 class SimServer:
@@ -285,14 +294,19 @@ class SimServer:
                 # vLLM's input processor refuses a prompt of no tokens (ours: no text).
                 raise SimError(400, "The decoder prompt cannot be empty")
         plan = _plan_call(request) if kind == "chat" else None
+        echo = kind == "completions" and request.get("echo") is True
+        echo_only = echo and request.get("max_tokens") == 0
         sequences: list[Sequence] = []
         tool_calls: list[ToolCallAnswer | None] = []
+        echoes: list[str | None] = []
         prompt_tokens = 0
         # One request answers every prompt, each with n choices: choice index = prompt * n + i.
         for text, rendered in prompts:
             prompt_ids = tokenizer.encode(rendered)
             prompt_tokens += len(prompt_ids)
-            limit = self._token_budget(kind, request, len(prompt_ids))
+            # vLLM generates one token for an echo of max_tokens 0 (counted in usage).
+            limit = 1 if echo_only else self._token_budget(kind, request, len(prompt_ids))
+            echoes += [text if echo else None] * choices
             for choice in range(choices):
                 if plan is None:
                     sequences.append(self._answer(request, prompt_ids, text, choice, limit))
@@ -313,6 +327,8 @@ class SimServer:
             continuous_usage=include_usage and bool(options.get("continuous_usage_stats")),
             tool_calls=tool_calls,
             top_logprobs=_top_logprobs(kind, request),
+            echoes=echoes,
+            echo_only=echo_only,
         )
 
     def _answer(
@@ -390,8 +406,14 @@ class SimServer:
                 choice["message"] = self._message(text, tool_call)
                 logprobs = None if top is None else chat_logprobs(pieces, 0, top)
             else:
-                choice["text"] = text
                 logprobs = None if top is None else completion_logprobs(pieces, 0, top, 0)
+                echoed = prepared.echoes[index]
+                if echoed is not None:
+                    text = echoed if prepared.echo_only else echoed + text
+                    if top is not None:
+                        generated = None if prepared.echo_only else logprobs
+                        logprobs = echoed_logprobs(echoed, top, generated)
+                choice["text"] = text
             choice |= {
                 "logprobs": logprobs,
                 "finish_reason": reported_finish_reason(seq.finish_reason, tool_call),
@@ -399,7 +421,11 @@ class SimServer:
                 "token_ids": None,
             }
             if not chat:
-                choice |= {"prompt_logprobs": None, "prompt_token_ids": None}
+                echoed = prepared.echoes[index]
+                prompt_logprobs = (
+                    None if echoed is None or top is None else prompt_logprob_map(echoed, top)
+                )
+                choice |= {"prompt_logprobs": prompt_logprobs, "prompt_token_ids": None}
             choices.append(choice | {"routed_experts": None})
         response = {
             "id": response_id(prepared.kind),
@@ -447,6 +473,8 @@ class SimServer:
             prepared.tool_calls,
             faults.drop_after_chunks if drop else None,
             top_logprobs=prepared.top_logprobs,
+            echoes=prepared.echoes,
+            echo_only=prepared.echo_only,
         )
         group = prepared.group
         try:
@@ -591,9 +619,8 @@ def _prompt_texts(prompt: str | list[Any]) -> list[str]:
 
 
 def _refuse_unsupported(kind: EndpointKind, request: dict[str, Any]) -> None:
-    """vLLM's 400s for sampling it does not do, and one for `echo`, which vLLM does but the
-    simulator does not (a 400 that says so beats an answer without the prompt). `best_of`,
-    which vLLM 0.32 accepts, is accepted and has no effect: the answers are the n choices."""
+    """vLLM's 400s for sampling it does not do. `best_of`, which vLLM 0.32 accepts, is
+    accepted and has no effect: the answers are the n choices."""
     choices = request.get("n") or 1
     if choices > 1 and request.get("temperature") == 0:
         raise SimError(400, f"n must be 1 when using greedy sampling, got {choices}.")
@@ -601,8 +628,6 @@ def _refuse_unsupported(kind: EndpointKind, request: dict[str, Any]) -> None:
         return
     if request.get("suffix") is not None:
         raise SimError(400, "suffix is not currently supported", "suffix")
-    if request.get("echo"):
-        raise SimError(400, "echo is not simulated by tiergate sim (vLLM supports it).", "echo")
 
 
 def _top_logprobs(kind: EndpointKind, request: dict[str, Any]) -> int | None:

@@ -15,8 +15,9 @@ from typing import Any
 import orjson
 
 from gateway.protocol import EndpointKind
+from gateway.sim import tokenizer
 from gateway.sim.engine import Sequence
-from gateway.sim.logprobs import chat_logprobs, completion_logprobs
+from gateway.sim.logprobs import chat_logprobs, completion_logprobs, echoed_logprobs
 from gateway.sim.tools import ToolCallAnswer, reported_finish_reason
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -67,8 +68,15 @@ class StreamWriter:
         drop_after: int | None,
         *,
         top_logprobs: int | None = None,
+        echoes: list[str | None] | None = None,
+        echo_only: bool = False,
     ) -> None:
         self._send = send
+        # Completions with echo: a choice's first event carries its prompt (only the prompt
+        # when echo_only), as vLLM sends it.
+        self.echoes = echoes or []
+        self.echo_only = echo_only
+        self._echoed: set[int] = set()
         self.chat = kind == "chat"
         self.tool_calls = tool_calls
         self._announced: set[int] = set()  # choices that have had an entry with tokens
@@ -166,7 +174,22 @@ class StreamWriter:
                 entry = chat_delta(index, {}) if self.chat else text_choice(index, "")
             entry["finish_reason"] = reported_finish_reason(seq.finish_reason, tool_call)
             entry["stop_reason"] = seq.stop_reason
+        echoed = self.echoes[index] if index < len(self.echoes) else None
+        if entry is not None and echoed is not None and index not in self._echoed:
+            self._echoed.add(index)
+            self._echo(entry, echoed)
         return entry
+
+    def _echo(self, entry: dict[str, Any], prompt: str) -> None:
+        """Puts the prompt in front of a choice's first event (in its place when echo_only),
+        with the prompt's token ids, as vLLM's first echo event has them."""
+        entry["text"] = prompt if self.echo_only else prompt + entry["text"]
+        entry["prompt_token_ids"] = tokenizer.encode(prompt)
+        logprobs = entry.get("logprobs")
+        if self.top_logprobs is not None:
+            generated = None if self.echo_only else logprobs
+            entry["logprobs"] = echoed_logprobs(prompt, self.top_logprobs or 0, generated)
+        self._text_offsets[entry["index"]] = len(entry["text"])
 
     def _logprobs(self, index: int, pieces: list[str], start: int) -> dict[str, Any]:
         top = self.top_logprobs or 0

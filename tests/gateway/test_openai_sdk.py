@@ -220,15 +220,54 @@ def test_a_streamed_tool_call_keeps_every_tokens_logprob(client: OpenAI) -> None
     assert stopped.usage == whole.usage
 
 
-@pytest.mark.parametrize(("field", "value"), [("suffix", "the end"), ("echo", True)])
-def test_completion_options_the_simulator_refuses(client: OpenAI, field: str, value: Any) -> None:
-    # suffix is vLLM's own 400; echo vLLM does, the simulator says it does not rather than
-    # answer without the prompt.
+def test_suffix_is_refused_as_vllm_refuses_it(client: OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as refused:
-        client.completions.create(
-            model=MODEL, prompt="Once", max_tokens=3, extra_body={field: value}
-        )
-    assert field in str(refused.value)
+        client.completions.create(model=MODEL, prompt="Once", max_tokens=3, suffix="the end")
+    assert "suffix" in str(refused.value)
+
+
+PROMPT = "The capital of France is Paris, and"
+
+
+def test_echo_scores_a_prompt_as_evaluation_harnesses_do(client: OpenAI) -> None:
+    """echo with max_tokens 0 and logprobs (how lm-evaluation-harness scores a prompt against
+    an OpenAI-compatible server): the prompt comes back with a logprob per token, the first
+    without one. max_tokens 0 without echo stays a 400."""
+    scored = client.completions.create(
+        model=MODEL, prompt=PROMPT, max_tokens=0, echo=True, logprobs=1, temperature=0
+    )
+    choice = scored.choices[0]
+    assert choice.text == PROMPT
+    logprobs = choice.logprobs
+    assert logprobs is not None and logprobs.tokens and logprobs.token_logprobs
+    assert "".join(logprobs.tokens) == PROMPT
+    assert logprobs.token_logprobs[0] is None
+    assert all(lp is not None and lp < 0 for lp in logprobs.token_logprobs[1:])
+    offsets = [sum(len(t) for t in logprobs.tokens[:i]) for i in range(len(logprobs.tokens))]
+    assert logprobs.text_offset == offsets
+    assert scored.usage is not None and scored.usage.completion_tokens == 1  # as vLLM counts
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=0)
+    assert "max_tokens" in str(refused.value)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_echo_puts_the_prompt_before_the_answer(client: OpenAI, stream: bool) -> None:
+    plain = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=4, seed=3)
+    asked: dict[str, Any] = {"model": MODEL, "prompt": PROMPT, "max_tokens": 4, "seed": 3}
+    if stream:
+        events = list(client.completions.create(**asked, echo=True, logprobs=0, stream=True))
+        text = "".join(event.choices[0].text for event in events if event.choices)
+        first = events[0].choices[0].logprobs
+        tokens = [t for e in events if e.choices for t in (e.choices[0].logprobs.tokens or [])]
+    else:
+        answer = client.completions.create(**asked, echo=True, logprobs=0)
+        text = answer.choices[0].text
+        first = answer.choices[0].logprobs
+        tokens = list(first.tokens or []) if first else []
+    assert text == PROMPT + plain.choices[0].text
+    assert first is not None and first.token_logprobs and first.token_logprobs[0] is None
+    assert "".join(tokens).startswith(PROMPT)
 
 
 def test_models_lists_public_name_and_pins(client: OpenAI) -> None:

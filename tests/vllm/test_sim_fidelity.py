@@ -3,7 +3,8 @@
 
 Covers what README says the simulator does beyond plain text: logprobs in the chat and
 completions shapes, streamed and not, usage in every event (`continuous_usage_stats`), one
-event per choice when n > 1, a list of prompts in one completions request, and the
+event per choice when n > 1, a list of prompts in one completions request, `echo` (with an
+answer, streamed, and alone with max_tokens 0), and the
 400s vLLM gives for `top_logprobs` without `logprobs`, an empty prompt (list), greedy sampling
 with n > 1, `suffix` (`best_of` it accepts) and a malformed /tokenize body, and the 401 of
 a server started with an API key.
@@ -51,7 +52,7 @@ def shape(value: Any) -> Any:
 
 def keyed_by_token(logprobs: dict[str, Any]) -> dict[str, Any]:
     """Completions' top_logprobs are keyed by the tokens themselves: one placeholder key."""
-    tops = [{"<token>": value} for top in logprobs["top_logprobs"] for value in top.values()]
+    tops = [{"<token>": value} for top in logprobs["top_logprobs"] if top for value in top.values()]
     return {**logprobs, "top_logprobs": tops[:1]}
 
 
@@ -128,6 +129,16 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     # n > 1: one event per choice (the two role events, for chat)
     "chat-stream-n": ("/v1/chat/completions", {**CHAT, "stream": True, **SAMPLED_N}),
     "completions-stream-n": ("/v1/completions", {**TEXT, "stream": True, **SAMPLED_N}),
+    # echo: the prompt before the answer; with max_tokens 0, the prompt alone (scoring)
+    "completions-echo": ("/v1/completions", {**TEXT, "echo": True, "logprobs": 1}),
+    "completions-echo-scoring": (
+        "/v1/completions",
+        {**TEXT, "max_tokens": 0, "echo": True, "logprobs": 1},
+    ),
+    "completions-stream-echo": (
+        "/v1/completions",
+        {**TEXT, "stream": True, "echo": True, "logprobs": 1},
+    ),
 }
 
 
