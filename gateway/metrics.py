@@ -202,8 +202,8 @@ class GatewayMetrics:
         self.shadow_requests = Counter(
             "tiergate_shadow_requests",
             "Shadow replays on the top tier by tenant, tier and outcome "
-            "(labelled, skipped_saturated, skipped_budget, skipped_tier_not_allowed, failed, "
-            "not_deterministic).",
+            "(labelled, skipped_saturated, skipped_budget, skipped_tier_not_allowed, "
+            "skipped_echo, failed, not_deterministic).",
             ["tenant", "tier", "outcome"],
             registry=registry,
         )

@@ -261,12 +261,9 @@ class ShadowSampler:
         texts = completion_texts(exchange.body)
         served = texts[0] if texts else None
         deterministic = self.settings.assume_deterministic or is_deterministic(exchange.request)
-        if served is None:
-            self._count(exchange, "failed")
-            return None
-        # Checked again here: a reload may have changed the tenant's tiers since capture.
-        if self._unreplayable(exchange.tenant, exchange.tier_index):
-            self._count(exchange, "skipped_tier_not_allowed")
+        unlabelable = self._unlabelable(exchange, served)
+        if unlabelable is not None or served is None:
+            self._count(exchange, unlabelable or "failed")
             return None
         allowed = self.allowed.get(exchange.tenant, frozenset(range(top + 1)))
         if exchange.tier_index >= top:
@@ -288,6 +285,19 @@ class ShadowSampler:
                 if candidate is not None:
                     self._judge(exchange, below, candidate, reference, deterministic)
         return verdict
+
+    def _unlabelable(self, exchange: CompletedExchange, served: str | None) -> str | None:
+        """Why the exchange cannot be labelled, if it cannot."""
+        if exchange.request.get("echo") is True:
+            # The answer starts with the prompt (or is only the prompt, when a harness scores
+            # it): a judge would read the prompt as the answer, and every tier echoes it.
+            return "skipped_echo"
+        if served is None:
+            return "failed"
+        # Checked again here: a reload may have changed the tenant's tiers since capture.
+        if self._unreplayable(exchange.tenant, exchange.tier_index):
+            return "skipped_tier_not_allowed"
+        return None
 
     async def _fetch(
         self, target: TierBackend, exchange: CompletedExchange, labelled: int, deterministic: bool

@@ -97,6 +97,17 @@ def test_no_replay_when_the_reference_tier_is_not_allowed() -> None:
     assert harness.count("w4a16", "skipped_tier_not_allowed") == 1
 
 
+def test_echoed_completions_are_not_labelled() -> None:
+    """An echoed answer starts with the prompt (and is only the prompt when a harness scores
+    it): judged, every tier would look adequate."""
+    harness = Harness(settings())
+    echoed = exchange(0, {"prompt": "2 + 2 =", "echo": True, "max_tokens": 0})
+    assert harness.evaluate(echoed) is None
+    assert harness.replayed == []
+    assert harness.count("nvfp4", "skipped_echo") == 1
+    assert harness.evaluate(exchange(0, {"prompt": "2 + 2 =", "echo": False})) is True
+
+
 def test_pick_below_draws_among_allowed_tiers_only() -> None:
     assert pick_below(2, frozenset({0, 1, 2}), 0.6) == 1
     assert pick_below(2, frozenset({1, 2}), 0.0) == 1
