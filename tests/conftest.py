@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import SHARED_DATA, GatewayThread, Ladder
+from tests.helpers import ENGINE_KEY, SHARED_DATA, GatewayThread, Ladder
 
 
 @pytest.fixture(scope="session")
@@ -27,6 +27,16 @@ def ladder() -> Iterator[Ladder]:
     running = Ladder.start()
     yield running
     running.stop()
+
+
+@pytest.fixture(scope="module")
+def keyed_ladder() -> Iterator[Ladder]:
+    """nvfp4 and bf16 simulators started with --api-key ENGINE_KEY."""
+    running = Ladder.start(("nvfp4", "bf16"), extra_args=("--api-key", ENGINE_KEY))
+    try:
+        yield running
+    finally:
+        running.stop()
 
 
 @pytest.fixture(scope="module")

@@ -32,6 +32,8 @@ from gateway.launcher import SimSpec, gateway_config, stop_processes, wait_healt
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 API_KEY = "sk-test-key"
+# What the `keyed_ladder` simulators want on /v1, as a vLLM started with --api-key.
+ENGINE_KEY = "sk-engine-test"
 MODEL = "qwen3-30b-a3b"
 
 

@@ -4,29 +4,17 @@ engines as the gateway would meet them."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 from typer.testing import CliRunner
 
 from gateway.cli.main import app
 from gateway.preflight import Answer, verdict
-from tests.helpers import API_KEY, MODEL, Ladder, free_port
+from tests.helpers import API_KEY, ENGINE_KEY, MODEL, Ladder, free_port
 
 runner = CliRunner()
-ENGINE_KEY = "sk-engine-check"
-
-
-@pytest.fixture(scope="module")
-def keyed() -> Iterator[Ladder]:
-    ladder = Ladder.start(("nvfp4", "bf16"), extra_args=("--api-key", ENGINE_KEY))
-    try:
-        yield ladder
-    finally:
-        ladder.stop()
 
 
 def write(tmp_path: Path, ladder: Ladder, **tier_fields: Any) -> Path:
@@ -43,15 +31,17 @@ def check(*argv: str, env: dict[str, str] | None = None) -> Any:
     return runner.invoke(app, ["check", *argv], env=env)
 
 
-def test_a_valid_configuration_passes_without_probing(keyed: Ladder, tmp_path: Path) -> None:
-    path = write(tmp_path, keyed, api_key="sk-wrong")  # not probed: not found out
+def test_a_valid_configuration_passes_without_probing(keyed_ladder: Ladder, tmp_path: Path) -> None:
+    path = write(tmp_path, keyed_ladder, api_key="sk-wrong")  # not probed: not found out
     result = check("--config", str(path))
     assert result.exit_code == 0, result.output
     assert "a valid configuration (2 tiers)" in result.output
 
 
-def test_what_serve_would_refuse_is_exit_2_in_one_line(keyed: Ladder, tmp_path: Path) -> None:
-    path = write(tmp_path, keyed, api_key_env="UNSET_ENGINE_KEY")
+def test_what_serve_would_refuse_is_exit_2_in_one_line(
+    keyed_ladder: Ladder, tmp_path: Path
+) -> None:
+    path = write(tmp_path, keyed_ladder, api_key_env="UNSET_ENGINE_KEY")
     result = check("--config", str(path), env={"UNSET_ENGINE_KEY": None})  # type: ignore[dict-item]
     assert result.exit_code == 2
     assert "UNSET_ENGINE_KEY" in result.output and "Traceback" not in result.output
@@ -65,22 +55,22 @@ def test_what_serve_would_refuse_is_exit_2_in_one_line(keyed: Ladder, tmp_path: 
 
 
 def test_probe_passes_when_every_engine_answers_as_configured(
-    keyed: Ladder, tmp_path: Path
+    keyed_ladder: Ladder, tmp_path: Path
 ) -> None:
-    path = write(tmp_path, keyed, api_key=ENGINE_KEY)
+    path = write(tmp_path, keyed_ladder, api_key=ENGINE_KEY)
     result = check("--config", str(path), "--probe", "--json")
     assert result.exit_code == 0, result.output
     document = json.loads(result.output)
     assert document["ok"] is True and document["probed"] is True
     assert [e["tier"] for e in document["endpoints"]] == ["nvfp4", "bf16"]
-    for endpoint, sim in zip(document["endpoints"], keyed.sims, strict=True):
+    for endpoint, sim in zip(document["endpoints"], keyed_ladder.sims, strict=True):
         assert endpoint["served"] == [sim.served_model_name] and endpoint["problems"] == []
 
 
 def test_probe_names_a_missing_key_a_wrong_model_and_a_dead_endpoint(
-    keyed: Ladder, tmp_path: Path
+    keyed_ladder: Ladder, tmp_path: Path
 ) -> None:
-    data = keyed.settings().model_dump(mode="json")
+    data = keyed_ladder.settings().model_dump(mode="json")
     data["tenants"][0]["api_keys"] = [API_KEY]
     data["tiers"][0]["served_model_name"] = "not-what-it-serves"
     data["tiers"][0]["api_key"] = ENGINE_KEY
@@ -90,7 +80,7 @@ def test_probe_names_a_missing_key_a_wrong_model_and_a_dead_endpoint(
     result = check("--config", str(path), "--probe", "--timeout", "2")
     assert result.exit_code == 1
     lines = result.output
-    assert "not 'not-what-it-serves'" in lines and keyed.sims[0].served_model_name in lines
+    assert "not 'not-what-it-serves'" in lines and keyed_ladder.sims[0].served_model_name in lines
     assert "HTTP 401" in lines and "api_key" in lines  # the bf16 tier sends no key
     assert "cannot connect" in lines
 

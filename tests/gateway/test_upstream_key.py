@@ -3,7 +3,6 @@ call, a wrong or missing one is a clear 502, and a reload swaps it on kept conne
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,19 +11,9 @@ import pytest
 from gateway.app import check_settings
 from gateway.backends.h1client import ConnectionPool
 from gateway.config import ConfigError, Settings, TierSettings, parse_settings, tier_api_key
-from tests.helpers import API_KEY, MODEL, GatewayThread, Ladder, fixed_policy, send
+from tests.helpers import API_KEY, ENGINE_KEY, MODEL, GatewayThread, Ladder, fixed_policy, send
 
-ENGINE_KEY = "sk-engine-7f3a"
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4}
-
-
-@pytest.fixture(scope="module")
-def keyed() -> Iterator[Ladder]:
-    ladder = Ladder.start(("nvfp4", "bf16"), extra_args=("--api-key", ENGINE_KEY))
-    try:
-        yield ladder
-    finally:
-        ladder.stop()
 
 
 def keyed_settings(ladder: Ladder, **tier_fields: Any) -> Settings:
@@ -36,8 +25,8 @@ def keyed_settings(ladder: Ladder, **tier_fields: Any) -> Settings:
     return parse_settings(data)
 
 
-def test_the_simulator_guards_what_vllm_guards(keyed: Ladder) -> None:
-    sim = keyed.sims[0]
+def test_the_simulator_guards_what_vllm_guards(keyed_ladder: Ladder) -> None:
+    sim = keyed_ladder.sims[0]
     body = {**CHAT, "model": sim.served_model_name}
     refused = send("POST", f"{sim.url}/v1/chat/completions", body, key=None)
     assert (refused.status, refused.json()) == (401, {"error": "Unauthorized"})
@@ -51,8 +40,8 @@ def test_the_simulator_guards_what_vllm_guards(keyed: Ladder) -> None:
     assert send("POST", f"{sim.url}/tokenize", tokenize, key=None).status == 200
 
 
-def test_the_tier_key_goes_upstream_and_a_missing_one_is_a_clear_502(keyed: Ladder) -> None:
-    settings = keyed_settings(keyed, api_key_env="ENGINE_KEY")
+def test_the_tier_key_goes_upstream_and_a_missing_one_is_a_clear_502(keyed_ladder: Ladder) -> None:
+    settings = keyed_settings(keyed_ladder, api_key_env="ENGINE_KEY")
     with GatewayThread(
         settings, policy_factory=fixed_policy(0), environ={"ENGINE_KEY": ENGINE_KEY}
     ) as gw:
@@ -60,7 +49,7 @@ def test_the_tier_key_goes_upstream_and_a_missing_one_is_a_clear_502(keyed: Ladd
         assert reply.status == 200, reply.body
         stream = send("POST", f"{gw.url}/v1/chat/completions", {**CHAT, "stream": True})
         assert stream.status == 200 and stream.body.rstrip().endswith(b"data: [DONE]")
-    with GatewayThread(keyed_settings(keyed), policy_factory=fixed_policy(0)) as gw:
+    with GatewayThread(keyed_settings(keyed_ladder), policy_factory=fixed_policy(0)) as gw:
         reply = send("POST", f"{gw.url}/v1/chat/completions", CHAT)
         assert reply.status == 502
         error = reply.json()["error"]
@@ -70,29 +59,31 @@ def test_the_tier_key_goes_upstream_and_a_missing_one_is_a_clear_502(keyed: Ladd
 
 
 def test_a_reload_swaps_the_key_on_kept_connections_and_a_bad_one_is_refused(
-    keyed: Ladder,
+    keyed_ladder: Ladder,
 ) -> None:
     with GatewayThread(
-        keyed_settings(keyed, api_key="sk-wrong"), policy_factory=fixed_policy(0)
+        keyed_settings(keyed_ladder, api_key="sk-wrong"), policy_factory=fixed_policy(0)
     ) as gw:
         assert send("POST", f"{gw.url}/v1/chat/completions", CHAT).status == 502
         endpoints = [state for tier in gw.app.runtime.tiers for state in tier.endpoints]
-        gw.app.reload(keyed_settings(keyed, api_key=ENGINE_KEY))
+        gw.app.reload(keyed_settings(keyed_ladder, api_key=ENGINE_KEY))
         kept = [state for tier in gw.app.runtime.tiers for state in tier.endpoints]
         assert [id(state) for state in kept] == [id(state) for state in endpoints]
         assert send("POST", f"{gw.url}/v1/chat/completions", CHAT).status == 200
         runtime = gw.app.runtime
         with pytest.raises(ConfigError, match=r"\$UNSET_KEY, which is not set"):
-            gw.app.reload(keyed_settings(keyed, api_key_env="UNSET_KEY"))
+            gw.app.reload(keyed_settings(keyed_ladder, api_key_env="UNSET_KEY"))
         assert gw.app.runtime is runtime
         assert send("POST", f"{gw.url}/v1/chat/completions", CHAT).status == 200
 
 
-def test_a_refused_reload_leaves_kept_endpoints_as_they_were(keyed: Ladder, tmp_path: Path) -> None:
+def test_a_refused_reload_leaves_kept_endpoints_as_they_were(
+    keyed_ladder: Ladder, tmp_path: Path
+) -> None:
     """Everything a reload builds can still fail after the tiers are built (here the label
     log, the last step): kept endpoints must keep their key, limit and slot queue (the
     queue of the refused configuration's tier would never be waited on)."""
-    settings = keyed_settings(keyed, api_key=ENGINE_KEY, max_inflight_per_endpoint=3)
+    settings = keyed_settings(keyed_ladder, api_key=ENGINE_KEY, max_inflight_per_endpoint=3)
     with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
         runtime = gw.app.runtime
         blocker = tmp_path / "a-file"
@@ -133,8 +124,8 @@ def test_key_settings_are_checked() -> None:
     assert "sk-secret" not in repr(TierSettings(**base, api_key="sk-secret"))
 
 
-def test_serve_refuses_a_tier_key_variable_that_is_not_set(keyed: Ladder) -> None:
-    settings = keyed_settings(keyed, api_key_env="ENGINE_KEY")
+def test_serve_refuses_a_tier_key_variable_that_is_not_set(keyed_ladder: Ladder) -> None:
+    settings = keyed_settings(keyed_ladder, api_key_env="ENGINE_KEY")
     with pytest.raises(ConfigError, match="ENGINE_KEY"):
         check_settings(settings, fixed_policy(0), environ={})
     check_settings(settings, fixed_policy(0), environ={"ENGINE_KEY": ENGINE_KEY})
