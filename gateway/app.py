@@ -36,8 +36,7 @@ from gateway.api import admin, routes
 from gateway.api.openai import GenerationHandler
 from gateway.backends.health import HealthChecker
 from gateway.backends.tier import TierBackend, build_tiers, endpoints_by_url
-from gateway.backends.tls import tier_tls_context
-from gateway.config import ConfigError, Settings, load_settings, resolve_secret, tier_api_key
+from gateway.config import ConfigError, Settings, load_settings, resolve_secret
 from gateway.errors import InvalidRequestError, MethodNotAllowedError, NotFoundError
 from gateway.live.observer import LiveObserver
 from gateway.metrics import BackendCollector, GatewayMetrics, RoutingCollector
@@ -454,9 +453,7 @@ def check_settings(
     so a bad file fails once instead of crash-looping every worker."""
     env = dict(os.environ) if environ is None else environ
     TenantRegistry(settings, env)
-    for tier in settings.tiers:
-        tier_api_key(tier, env)
-        tier_tls_context(tier)
+    build_tiers(settings, environ=env)  # the tiers' keys and TLS files
     policy_factory(settings)
     _redis_client(settings, env)
     if settings.shadow.label_log is not None:

@@ -86,10 +86,14 @@ class TierBackend:
         is built: a reload refused after `build_tiers` must leave the running endpoints as
         they were (their slot queue, limit and key)."""
         for state in self.endpoints:
-            state.owner = self
-            state.max_inflight = self.settings.max_inflight_per_endpoint
-            state.pool.default_headers = self.upstream_headers
-            state.pool.tls = self.tls if state.endpoint.scheme == "https" else None
+            self.adopt(state)
+
+    def adopt(self, state: EndpointState) -> None:
+        """What the tier's settings make of one endpoint: its slot queue, limit, key, TLS."""
+        state.owner = self
+        state.max_inflight = self.settings.max_inflight_per_endpoint
+        state.pool.default_headers = self.upstream_headers
+        state.pool.tls = self.tls if state.endpoint.scheme == "https" else None
 
     def pick(
         self, exclude: set[EndpointState] | frozenset[EndpointState] = frozenset()
@@ -186,27 +190,21 @@ def build_tiers(
             if kept is not None and kept.tier == tier.name:
                 backend.endpoints.append(kept)
                 continue
-            pool = ConnectionPool(
-                endpoint.host,
-                endpoint.port,
-                connect_timeout_s=settings.timeouts.connect_s,
-                tls=backend.tls if endpoint.scheme == "https" else None,
+            state = EndpointState(
+                tier=tier.name,
+                endpoint=endpoint,
+                pool=ConnectionPool(
+                    endpoint.host, endpoint.port, connect_timeout_s=settings.timeouts.connect_s
+                ),
+                max_inflight=tier.max_inflight_per_endpoint,
+                circuit=CircuitBreaker(
+                    failure_threshold=resilience.failure_threshold,
+                    base_ejection_s=resilience.base_ejection_s,
+                    max_ejection_s=resilience.max_ejection_s,
+                ),
             )
-            pool.default_headers = backend.upstream_headers
-            backend.endpoints.append(
-                EndpointState(
-                    tier=tier.name,
-                    endpoint=endpoint,
-                    pool=pool,
-                    max_inflight=tier.max_inflight_per_endpoint,
-                    circuit=CircuitBreaker(
-                        failure_threshold=resilience.failure_threshold,
-                        base_ejection_s=resilience.base_ejection_s,
-                        max_ejection_s=resilience.max_ejection_s,
-                    ),
-                    owner=backend,
-                )
-            )
+            backend.adopt(state)  # new: nothing running depends on it yet
+            backend.endpoints.append(state)
         tiers.append(backend)
     return tiers
 

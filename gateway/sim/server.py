@@ -401,13 +401,13 @@ class SimServer:
             pieces = seq.answer[: seq.emitted]
             text = seq.text(0, seq.emitted)
             tool_call = prepared.tool_calls[index]
+            echoed = prepared.echoes[index]
             choice: dict[str, Any] = {"index": index}
             if chat:
                 choice["message"] = self._message(text, tool_call)
                 logprobs = None if top is None else chat_logprobs(pieces, 0, top)
             else:
                 logprobs = None if top is None else completion_logprobs(pieces, 0, top, 0)
-                echoed = prepared.echoes[index]
                 if echoed is not None:
                     text = echoed if prepared.echo_only else echoed + text
                     if top is not None:
@@ -421,7 +421,6 @@ class SimServer:
                 "token_ids": None,
             }
             if not chat:
-                echoed = prepared.echoes[index]
                 prompt_logprobs = (
                     None if echoed is None or top is None else prompt_logprob_map(echoed, top)
                 )

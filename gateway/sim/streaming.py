@@ -185,10 +185,9 @@ class StreamWriter:
         with the prompt's token ids, as vLLM's first echo event has them."""
         entry["text"] = prompt if self.echo_only else prompt + entry["text"]
         entry["prompt_token_ids"] = tokenizer.encode(prompt)
-        logprobs = entry.get("logprobs")
         if self.top_logprobs is not None:
-            generated = None if self.echo_only else logprobs
-            entry["logprobs"] = echoed_logprobs(prompt, self.top_logprobs or 0, generated)
+            generated = None if self.echo_only else entry["logprobs"]
+            entry["logprobs"] = echoed_logprobs(prompt, self.top_logprobs, generated)
         self._text_offsets[entry["index"]] = len(entry["text"])
 
     def _logprobs(self, index: int, pieces: list[str], start: int) -> dict[str, Any]:

@@ -139,3 +139,16 @@ def test_every_request_from_a_pool_carries_its_default_headers() -> None:
     head, _, body = rendered.partition(b"\r\n\r\n")
     assert body == b"{}"
     assert head.split(b"\r\n")[-2:] == [b"authorization: Bearer k", b"x-extra: 1"]
+
+
+def test_an_inline_key_is_masked_in_the_admin_view(keyed_ladder: Ladder) -> None:
+    data = keyed_settings(keyed_ladder, api_key=ENGINE_KEY).model_dump(mode="json")
+    data["tenants"][0]["api_keys"] = [API_KEY]
+    for tier in data["tiers"]:
+        tier["api_key"] = ENGINE_KEY
+    data["admin"] = {"token": "adm"}
+    with GatewayThread(parse_settings(data), policy_factory=fixed_policy(0)) as gw:
+        assert send("POST", f"{gw.url}/v1/chat/completions", CHAT).status == 200
+        shown = send("GET", f"{gw.url}/admin/config", key="adm")
+        assert shown.status == 200 and ENGINE_KEY not in shown.body.decode()
+        assert {tier["api_key"] for tier in shown.json()["tiers"]} == {"**********"}
