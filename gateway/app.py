@@ -46,7 +46,7 @@ from gateway.proxy.events import ExchangeListener
 from gateway.proxy.service import ProxyService
 from gateway.routing.policy import RoutingPolicy, TopTierPolicy
 from gateway.routing.router import RouterPolicy
-from gateway.shadow.labels import LabelLog
+from gateway.shadow.labels import LabelLog, check_label_log_path
 from gateway.shadow.recalibrate import Recalibrator
 from gateway.shadow.sampler import ShadowSampler
 from gateway.stats import EndpointSample, Ladder, TierSample
@@ -457,7 +457,9 @@ def check_settings(
     policy_factory(settings)
     _redis_client(settings, env)
     if settings.shadow.label_log is not None:
-        LabelLog(Path(settings.shadow.label_log))  # what every worker's shadow sampler opens
+        # What every worker's sampler will open, checked without creating it (`check` must
+        # leave no file behind).
+        check_label_log_path(Path(settings.shadow.label_log))
 
 
 def create_app_from_env() -> Gateway:

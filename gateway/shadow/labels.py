@@ -10,6 +10,7 @@ Without raw text a line carries the request's surface features instead (`feature
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 from typing import IO, Any
@@ -70,4 +71,22 @@ class LabelLog:
                 self._file = None
 
 
-__all__ = ["LabelLog"]
+def check_label_log_path(path: Path) -> None:
+    """Raises OSError when `LabelLog(path)` could not create or append to `path`, without
+    creating anything: a configuration check must leave the file system as it found it."""
+    if path.exists():
+        if not path.is_file():
+            raise IsADirectoryError(f"label log {path} exists and is not a file")
+        if not os.access(path, os.W_OK):
+            raise PermissionError(f"label log {path} is not writable")
+        return
+    ancestor = path.parent
+    while not ancestor.exists():  # LabelLog creates the missing directories
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise NotADirectoryError(f"label log {path}: {ancestor} is not a directory")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise PermissionError(f"label log {path}: cannot create entries in {ancestor}")
+
+
+__all__ = ["LabelLog", "check_label_log_path"]

@@ -38,6 +38,20 @@ def test_a_valid_configuration_passes_without_probing(keyed_ladder: Ladder, tmp_
     assert "a valid configuration (2 tiers)" in result.output
 
 
+def test_checking_leaves_no_label_log_behind(keyed_ladder: Ladder, tmp_path: Path) -> None:
+    """A check validates the label log's path as serve would, but creates nothing."""
+    data = keyed_ladder.settings().model_dump(mode="json")
+    data["shadow"] = {"rate": 0.1, "label_log": str(tmp_path / "logs" / "labels.jsonl")}
+    path = tmp_path / "tiergate.yaml"
+    path.write_text(yaml.safe_dump(data))
+    result = check("--config", str(path))
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiergate.yaml"]
+    (tmp_path / "logs").write_text("")  # now the log's directory cannot be made
+    refused = check("--config", str(path))
+    assert refused.exit_code == 2 and "logs is not a directory" in refused.output
+
+
 def test_what_serve_would_refuse_is_exit_2_in_one_line(
     keyed_ladder: Ladder, tmp_path: Path
 ) -> None:

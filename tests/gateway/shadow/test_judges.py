@@ -23,7 +23,7 @@ from gateway.shadow.judges import (
     number,
     resolve,
 )
-from gateway.shadow.labels import LabelLog
+from gateway.shadow.labels import LabelLog, check_label_log_path
 
 ORDER = ["choice", "number", "normalized"]
 
@@ -218,6 +218,23 @@ def test_label_log_without_backups_truncates_instead_of_growing(tmp_path: Path) 
     assert [p.name for p in tmp_path.iterdir()] == ["labels.jsonl"]
     assert 0 < path.stat().st_size <= 4096
     assert json.loads(path.read_text().splitlines()[-1])["id"] == "999"
+
+
+def test_checking_a_label_log_path_creates_nothing(tmp_path: Path) -> None:
+    """`check_label_log_path` says what `LabelLog` would meet, and leaves no trace."""
+    check_label_log_path(tmp_path / "new" / "deeper" / "labels.jsonl")  # LabelLog makes dirs
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "labels.jsonl").write_text("")
+    check_label_log_path(tmp_path / "labels.jsonl")  # an existing file is appended to
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(NotADirectoryError, match="a-file is not a directory"):
+        check_label_log_path(tmp_path / "a-file" / "sub" / "labels.jsonl")
+    with pytest.raises(IsADirectoryError, match="not a file"):
+        check_label_log_path(tmp_path)
+    with pytest.raises(OSError):  # the same paths that LabelLog itself refuses
+        LabelLog(tmp_path / "a-file" / "sub" / "labels.jsonl")
+    with pytest.raises(OSError):
+        LabelLog(tmp_path)
 
 
 def test_answer_level_judges_read_the_start_and_the_end_of_a_long_answer() -> None:
