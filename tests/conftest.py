@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import ENGINE_KEY, SHARED_DATA, GatewayThread, Ladder
+from tests.vllm.preparation import Preparation
 
 
 @pytest.fixture(scope="session")
@@ -19,6 +20,22 @@ def shared_data() -> Path:
             pytest.fail(f"shared data missing at {SHARED_DATA}")
         pytest.skip(f"shared data not found at {SHARED_DATA}")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session", autouse=True)
+def vllm_preparation(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Preparation | None]:
+    """When the session selects tests/vllm, starts preparing the real vLLM deployment at its
+    first test, so the install and start-up overlap the other tests (tests/vllm/preparation.py).
+    """
+    if not any(item.get_closest_marker("vllm") for item in request.session.items):
+        yield None
+        return
+    preparation = Preparation(tmp_path_factory.mktemp("vllm-logs")).start()
+    yield preparation
+    left = preparation.close()  # when the vllm tests did not run: stop what was started
+    assert not left, f"vLLM processes survived the session: {left}"
 
 
 @pytest.fixture(scope="session")

