@@ -67,11 +67,17 @@ class RunningFlags:
     def as_tuple(self) -> tuple[bool | None, bool | None]:
         return self.speculative, self.prefix_caching
 
-    def config(self, precision: Precision) -> TierConfig | None:
-        """The running configuration, when both flags are known."""
-        if self.speculative is None or self.prefix_caching is None:
+    def config(self, precision: Precision, assumed: TierConfig | None = None) -> TierConfig | None:
+        """The running configuration. A flag the gateway cannot see is taken from `assumed`
+        (the planner's own view), so the flag it does see is still followed; None when
+        neither says."""
+        speculative, prefix_caching = self.speculative, self.prefix_caching
+        if assumed is not None:
+            speculative = assumed.speculative if speculative is None else speculative
+            prefix_caching = assumed.prefix_caching if prefix_caching is None else prefix_caching
+        if speculative is None or prefix_caching is None:
             return None
-        return TierConfig(precision, self.speculative, self.prefix_caching)
+        return TierConfig(precision, speculative, prefix_caching)
 
 
 def flags_from_args(args: Sequence[str]) -> RunningFlags:
@@ -405,7 +411,9 @@ class LiveObserver:
         if regime is None:
             state.note = "no traffic in the window"
             return
-        running_config = state.running.config(state.tier.settings.precision)
+        running_config = state.running.config(
+            state.tier.settings.precision, assumed=state.planner.current
+        )
         if running_config is not None:
             # Hysteresis, dwell and confirmations measure against what the tier runs.
             state.planner.follow(running_config, now)

@@ -60,7 +60,7 @@ class Loop:
         monkeypatch.setattr(RegimeTracker, "report", lambda _tracker, _tier, _now: self.regime)
 
     @staticmethod
-    def config(vllm_args: list[str]) -> tuple[Settings, TierBackend]:
+    def config(vllm_args: list[str] | None) -> tuple[Settings, TierBackend]:
         settings = parse_settings(
             {
                 "model": "m",
@@ -79,7 +79,7 @@ class Loop:
         )
         return settings, TierBackend(1, TIER, settings.tiers[1], "m")  # the only one observed
 
-    def reload(self, vllm_args: list[str]) -> None:
+    def reload(self, vllm_args: list[str] | None) -> None:
         settings, tier = self.config(vllm_args)
         self.tiers = [tier]
         self.observer.configure(settings)
@@ -152,6 +152,33 @@ def test_a_reload_that_restarts_the_tier_is_what_runs(monkeypatch: pytest.Monkey
     assert applied["action"] == "hold" and "candidate" not in applied
     assert applied["drift"] == {"speculative": False, "prefix_caching": False}
     assert loop.gauge("tiergate_flag_drift", "speculative_decoding") == 0.0
+
+
+def test_the_flag_an_engine_shows_is_followed_while_the_other_is_unknown(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No vllm_args, and an engine without `cache_config_info`: its metrics show speculation
+    off (no spec-decode counters) but not prefix caching. Advice to speculate that nobody
+    applies stays a switch, with the flag drifting, at every evaluation; before, the planner
+    waited for both flags and took its own advice as applied ("hold")."""
+    loop = Loop(monkeypatch)
+    loop.reload(None)
+    url = "http://127.0.0.1:9/v1"
+    loop.tiers[0].endpoints[:] = [  # type: ignore[list-item]
+        SimpleNamespace(endpoint=SimpleNamespace(url=url), healthy=True)
+    ]
+
+    async def get(_endpoint: Any, _path: bytes) -> bytes:
+        return _metrics_page(1000.0, 0.0, 4.0)
+
+    monkeypatch.setattr(upstream, "get", get)
+    asyncio.run(loop.observer.scrape_once())
+    entries = [loop.plan(None, 0.9) for _ in range(4)]
+    assert entries[-1]["running"] == {"speculative": False, "prefix_caching": None}
+    assert [entry["action"] for entry in entries] == ["initial", "pending", "switch", "switch"]
+    assert entries[-1]["recommended"]["speculative"] is True
+    assert entries[-1]["drift"]["speculative"] is True
+    assert loop.gauge("tiergate_flag_drift", "speculative_decoding") == 1.0
 
 
 def test_replicas_that_disagree_leave_the_flag_unknown() -> None:
