@@ -8,6 +8,8 @@ import urllib.request
 from typing import Any
 
 import pytest
+from openai import OpenAI
+from openai._base_client import SyncAPIClient
 
 from gateway import __version__
 from gateway.config import parse_settings
@@ -76,6 +78,30 @@ def test_requests_per_second_limit_answers_429_with_retry_after(gw: GatewayThrea
     time.sleep(1.1)
     assert call(gw, "sk-alpha", chat())[0] == 200
     assert call(gw, "sk-beta", chat())[0] == 200  # another tenant's budget is its own
+
+
+def test_the_openai_sdk_retries_after_the_exact_wait(
+    gw: GatewayThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SDK reads retry-after-ms before Retry-After: over alpha's 2 requests per second it
+    waits at most 0.5 s and then succeeds, where whole seconds alone would make it wait 1 s."""
+    waits: list[float] = []
+    computed = SyncAPIClient._calculate_retry_timeout
+
+    def recorded(client: SyncAPIClient[Any, Any], *args: Any, **kwargs: Any) -> float:
+        wait = computed(client, *args, **kwargs)
+        waits.append(wait)
+        return wait
+
+    monkeypatch.setattr(SyncAPIClient, "_calculate_retry_timeout", recorded)
+    while call(gw, "sk-alpha", chat())[0] != 429:  # alpha's burst is spent
+        pass
+    client = OpenAI(base_url=f"{gw.url}/v1", api_key="sk-alpha", max_retries=3, timeout=20)
+    completion = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=4
+    )
+    assert completion.choices[0].message.content
+    assert waits and all(0.0 < wait <= 0.5 for wait in waits), waits
 
 
 def test_max_tokens_cap(gw: GatewayThread, ladder: Ladder) -> None:

@@ -33,7 +33,8 @@ def test_requests_per_second_limit() -> None:
     with pytest.raises(RateLimitError) as caught:
         limiter.admit(10)
     assert caught.value.retry_after_s == pytest.approx(0.5)
-    assert caught.value.headers() == [(b"retry-after", b"1")]
+    # whole seconds for Retry-After, the exact wait for the SDKs' retry-after-ms
+    assert caught.value.headers() == [(b"retry-after", b"1"), (b"retry-after-ms", b"500")]
 
 
 def test_tokens_per_minute_charge_is_corrected_by_usage() -> None:
