@@ -44,6 +44,7 @@ from gateway.protocol import EndpointKind
 from gateway.proxy.channel import Receive, Send
 from gateway.proxy.events import ExchangeListener
 from gateway.proxy.service import ProxyService
+from gateway.request_ids import RequestIds
 from gateway.routing.policy import RoutingPolicy, TopTierPolicy
 from gateway.routing.router import RouterPolicy
 from gateway.shadow.labels import LabelLog, check_label_log_path
@@ -120,6 +121,7 @@ class Gateway:
             settings, self.metrics, lambda: self.runtime.tiers, features=named_dense_features
         )
         self.listeners: list[ExchangeListener] = [self.observer, self.shadow]
+        self.request_ids = RequestIds()  # kept across reloads: ids stay unique
         self.draining = False
         self.reloads = 0
         self._tasks: list[asyncio.Task[None]] = []
@@ -161,6 +163,7 @@ class Gateway:
                 limits=settings.limits,
                 metrics=self.metrics,
                 ladder=ladder,
+                request_ids=self.request_ids,
             )
             for path, kind in _GENERATION_ROUTES
         }

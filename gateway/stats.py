@@ -44,6 +44,7 @@ class RequestRecord:
     error_after_first_byte: bool = False
     client_disconnected: bool = False
     rejected: str | None = None  # why admission refused it (a fixed code vocabulary)
+    request_id: bytes = b""  # the gateway's x-request-id (request_ids.py)
 
 
 @dataclass(frozen=True, slots=True)

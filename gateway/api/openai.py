@@ -15,6 +15,8 @@ from gateway.metrics import UNAUTHENTICATED, GatewayMetrics
 from gateway.protocol import EndpointKind, RequestLimits, parse_request
 from gateway.proxy.channel import ClientChannel, Receive, Send
 from gateway.proxy.service import ProxyService
+from gateway.request_ids import HEADER as REQUEST_ID_HEADER
+from gateway.request_ids import RequestIds
 from gateway.stats import Ladder, RequestRecord
 from gateway.tenants.admission import Admission, Ticket
 from gateway.tenants.registry import TenantRegistry
@@ -36,6 +38,7 @@ class GenerationHandler:
         limits: RequestLimits,
         metrics: GatewayMetrics,
         ladder: Ladder,
+        request_ids: RequestIds,
     ) -> None:
         self.kind: EndpointKind = kind
         self.tenants = tenants
@@ -44,11 +47,17 @@ class GenerationHandler:
         self.limits = limits
         self.metrics = metrics
         self.ladder = ladder
+        self.request_ids = request_ids
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         started = time.perf_counter()
         channel = ClientChannel(send, receive)
-        record = RequestRecord(tenant=UNAUTHENTICATED, kind=self.kind, ladder=self.ladder)
+        record = RequestRecord(
+            tenant=UNAUTHENTICATED,
+            kind=self.kind,
+            ladder=self.ladder,
+            request_id=self.request_ids.new(),
+        )
         ticket: Ticket | None = None
         try:
             authorization = pin = None
@@ -81,18 +90,28 @@ class GenerationHandler:
             if isinstance(exc, RateLimitError):
                 record.rejected = exc.code
             if not channel.started:
-                headers = [(b"content-type", b"application/json"), *exc.headers()]
+                headers = [
+                    (b"content-type", b"application/json"),
+                    (REQUEST_ID_HEADER, record.request_id),
+                    *exc.headers(),
+                ]
                 await channel.respond(exc.status, headers, exc.body())
         except Exception:
             # A defect in the gateway, never the client's doing: logged with its traceback,
             # counted as a 500 and answered in OpenAI's shape (not the server's plain text).
-            log.exception("internal error serving a %s request", self.kind)
+            log.exception(
+                "internal error serving %s request %s", self.kind, record.request_id.decode()
+            )
             record.status = 500
             if not channel.started:
                 error = TiergateError(
                     "Internal error in the gateway; it has been logged.", code="internal_error"
                 )
-                await channel.respond(500, [(b"content-type", b"application/json")], error.body())
+                headers = [
+                    (b"content-type", b"application/json"),
+                    (REQUEST_ID_HEADER, record.request_id),
+                ]
+                await channel.respond(500, headers, error.body())
         finally:
             record.duration_s = time.perf_counter() - started
             channel.close()

@@ -159,7 +159,9 @@ class Attempter:
         response: UpstreamResponse | None = None
         try:
             response = await endpoint.pool.request(
-                endpoint.pool.render(b"POST", path, payload),
+                endpoint.pool.render(
+                    b"POST", path, payload, b"x-request-id: %s\r\n" % exchange.record.request_id
+                ),
                 first_byte_timeout_s=self.timeouts.first_byte_s,
                 total_timeout_s=self.timeouts.total_s,
                 started=current,

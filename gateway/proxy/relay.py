@@ -17,6 +17,7 @@ from gateway.errors import UpstreamError, error_event
 from gateway.protocol import EndpointKind
 from gateway.proxy.channel import ClientChannel
 from gateway.proxy.rewrite import SSEBuffer, split_usage_event, usage_counts
+from gateway.request_ids import HEADER as REQUEST_ID_HEADER
 from gateway.routing.policy import Decision
 from gateway.stats import RequestRecord
 
@@ -56,6 +57,7 @@ class Exchange:
             (b"content-type", content_type),
             (b"x-tiergate-tier", self.tier_name.encode()),
             (b"x-tiergate-overhead-ms", b"%.3f" % (overhead * 1000)),
+            (REQUEST_ID_HEADER, self.record.request_id),
         ]
         probability = self.decision.probability
         if probability is not None:  # None: the request pinned its tier, nothing was decided

@@ -51,6 +51,8 @@ from gateway.sim.tools import (
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
+Scope = dict[str, Any]
+Route = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 # The paths vLLM's --api-key guards; /health, /metrics and /tokenize stay open.
 GUARDED_PREFIXES: Final = ("/v1", "/v2", "/inference", "/cohere")
@@ -114,6 +116,7 @@ class Prepared:
     # echo_only (max_tokens 0): the prompt alone; the one token generated is not returned.
     echoes: list[str | None]
     echo_only: bool
+    request_id: str | None = None  # the caller's X-Request-Id
 
 
 class SimServer:
@@ -159,7 +162,7 @@ class SimServer:
         try:
             if route is None:
                 raise SimError(404, f"Not Found: {scope['method']} {scope['path']}")
-            await route(receive, send)
+            await route(scope, receive, send)
         except SimError as exc:
             await _respond(send, exc.status, exc.body(), b"application/json")
 
@@ -171,36 +174,36 @@ class SimServer:
         scheme, _, key = presented.partition(b" ")
         return scheme.lower() == b"bearer" and hmac.compare_digest(key, api_key)
 
-    def _route_table(self) -> dict[tuple[str, str], Callable[[Receive, Send], Awaitable[None]]]:
-        async def chat(receive: Receive, send: Send) -> None:
-            await self._generate("chat", await _read(receive), receive, send)
+    def _route_table(self) -> dict[tuple[str, str], Route]:
+        async def chat(scope: Scope, receive: Receive, send: Send) -> None:
+            await self._generate("chat", await _read(receive), receive, send, scope)
 
-        async def completions(receive: Receive, send: Send) -> None:
-            await self._generate("completions", await _read(receive), receive, send)
+        async def completions(scope: Scope, receive: Receive, send: Send) -> None:
+            await self._generate("completions", await _read(receive), receive, send, scope)
 
-        async def models(receive: Receive, send: Send) -> None:
+        async def models(scope: Scope, receive: Receive, send: Send) -> None:
             await _json(send, 200, self._models())
 
-        async def health(receive: Receive, send: Send) -> None:
+        async def health(scope: Scope, receive: Receive, send: Send) -> None:
             await _respond(send, 200, b"", b"text/plain")
 
-        async def version(receive: Receive, send: Send) -> None:
+        async def version(scope: Scope, receive: Receive, send: Send) -> None:
             await _json(send, 200, {"version": "tiergate-sim"})
 
-        async def metrics(receive: Receive, send: Send) -> None:
+        async def metrics(scope: Scope, receive: Receive, send: Send) -> None:
             await _respond(send, 200, exposition(self.collector), b"text/plain; version=0.0.4")
 
-        async def tokenize(receive: Receive, send: Send) -> None:
+        async def tokenize(scope: Scope, receive: Receive, send: Send) -> None:
             await _json(send, 200, self._tokenize(await _read(receive)))
 
-        async def get_faults(receive: Receive, send: Send) -> None:
+        async def get_faults(scope: Scope, receive: Receive, send: Send) -> None:
             await _json(send, 200, self.faults.model_dump())
 
-        async def set_faults(receive: Receive, send: Send) -> None:
+        async def set_faults(scope: Scope, receive: Receive, send: Send) -> None:
             self._update_faults(await _read(receive))
             await _json(send, 200, self.faults.model_dump())
 
-        async def stats(receive: Receive, send: Send) -> None:
+        async def stats(scope: Scope, receive: Receive, send: Send) -> None:
             await _json(send, 200, self._stats())
 
         return {
@@ -229,10 +232,15 @@ class SimServer:
 
     # -- generation ------------------------------------------------------------------------
     async def _generate(
-        self, kind: EndpointKind, body: bytes, receive: Receive, send: Send
+        self, kind: EndpointKind, body: bytes, receive: Receive, send: Send, scope: Scope
     ) -> None:
         self.stats.requests += 1
         prepared = self._prepare(kind, body)
+        # vLLM builds the answer's id on the caller's X-Request-Id when there is one.
+        prepared.request_id = next(
+            (v.decode("latin-1") for k, v in scope.get("headers", ()) if k == b"x-request-id"),
+            None,
+        )
         faults = self.faults
         if faults.error_rate and self._random.random() < faults.error_rate:
             self.stats.errors_injected += 1
@@ -427,7 +435,7 @@ class SimServer:
                 choice |= {"prompt_logprobs": prompt_logprobs, "prompt_token_ids": None}
             choices.append(choice | {"routed_experts": None})
         response = {
-            "id": response_id(prepared.kind),
+            "id": response_id(prepared.kind, prepared.request_id),
             "object": "chat.completion" if chat else "text_completion",
             "created": int(time.time()),
             "model": self.served_model_name,
@@ -473,6 +481,7 @@ class SimServer:
             faults.drop_after_chunks if drop else None,
             top_logprobs=prepared.top_logprobs,
             echoes=prepared.echoes,
+            request_id=prepared.request_id,
             echo_only=prepared.echo_only,
         )
         group = prepared.group

@@ -27,8 +27,9 @@ class StreamDropped(Exception):
     """Raised inside a stream to cut the connection (fault injection)."""
 
 
-def response_id(kind: EndpointKind) -> str:
-    return ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex
+def response_id(kind: EndpointKind, request_id: str | None = None) -> str:
+    """vLLM's answer id: its kind's prefix on the caller's X-Request-Id, else a random one."""
+    return ("chatcmpl-" if kind == "chat" else "cmpl-") + (request_id or uuid.uuid4().hex)
 
 
 SYSTEM_FINGERPRINT = "tiergate-sim"
@@ -70,6 +71,7 @@ class StreamWriter:
         top_logprobs: int | None = None,
         echoes: list[str | None] | None = None,
         echo_only: bool = False,
+        request_id: str | None = None,
     ) -> None:
         self._send = send
         # Completions with echo: a choice's first event carries its prompt (only the prompt
@@ -85,7 +87,7 @@ class StreamWriter:
         self._text_offsets: dict[int, int] = {}  # per choice: characters streamed so far
         self.events = 0
         self._head = {
-            "id": response_id(kind),
+            "id": response_id(kind, request_id),
             "object": "chat.completion.chunk" if self.chat else "text_completion",
             "created": int(time.time()),
             "model": model,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import math
+import re
 import subprocess
 import sys
 import time
@@ -15,7 +16,7 @@ import pytest
 from openai import OpenAI
 
 from gateway.launcher import banner
-from tests.helpers import API_KEY, MODEL, GatewayThread, Ladder
+from tests.helpers import API_KEY, MODEL, GatewayThread, Ladder, send
 
 
 @pytest.fixture()
@@ -388,6 +389,35 @@ def test_leaving_a_stream_early_does_not_refund_its_tokens() -> None:
         slow.stop()
 
 
+def test_every_answer_carries_the_gateways_request_id(client: OpenAI, gw: GatewayThread) -> None:
+    """x-request-id on answers, streams and errors alike (the SDK's `_request_id`), sent
+    upstream too: the engine builds the completion's id on it, as vLLM does."""
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    completion = client.chat.completions.create(**chat)  # type: ignore[call-overload]
+    request_id = completion._request_id
+    assert request_id is not None and re.fullmatch(r"req_[0-9a-f]{20}", request_id)
+    assert completion.id == f"chatcmpl-{request_id}"
+    stream = client.chat.completions.create(**chat, stream=True)  # type: ignore[call-overload]
+    streamed = [chunk.id for chunk in stream]
+    assert len(set(streamed)) == 1 and streamed[0].startswith("chatcmpl-req_")
+    assert streamed[0] != completion.id  # one id per request
+    text = client.completions.create(model=MODEL, prompt="hi", max_tokens=2)
+    assert text.id == f"cmpl-{text._request_id}"
+    # A client's own id is neither echoed nor passed on (see gateway/request_ids.py).
+    chosen = {"x-request-id": "my-own-id"}
+    reply = send("POST", f"{gw.url}/v1/chat/completions", chat, headers=chosen)
+    assert reply.status == 200 and reply.headers["x-request-id"].startswith("req_")
+    assert reply.json()["id"] == f"chatcmpl-{reply.headers['x-request-id']}"
+    for status, body in ((400, {"model": MODEL}), (404, {**chat, "model": "nope"})):
+        refused = send("POST", f"{gw.url}/v1/chat/completions", body)
+        assert refused.status == status and refused.headers["x-request-id"].startswith("req_")
+    with pytest.raises(openai.AuthenticationError) as caught:
+        OpenAI(base_url=f"{gw.url}/v1", api_key="wrong", max_retries=0).chat.completions.create(
+            **chat
+        )
+    assert caught.value.request_id is not None and caught.value.request_id.startswith("req_")
+
+
 def test_upstream_error_status_is_relayed_for_client_mistakes(client: OpenAI) -> None:
     # max_tokens beyond the context window: vLLM (and the simulator) answer 400.
     with pytest.raises(openai.BadRequestError) as caught:
@@ -395,6 +425,7 @@ def test_upstream_error_status_is_relayed_for_client_mistakes(client: OpenAI) ->
             model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=10_000_000
         )
     assert "max_tokens" in str(caught.value)
+    assert caught.value.request_id is not None and caught.value.request_id.startswith("req_")
 
 
 def test_the_printed_sdk_example_runs_as_pasted(gw: GatewayThread) -> None:

@@ -69,6 +69,8 @@ def test_chat_stream_and_not_agree_with_the_engine(
     )
     plain = raw.parse()
     assert raw.headers["x-tiergate-tier"] == tier
+    # The gateway's request id reached vLLM, which built the answer's id on it.
+    assert plain.id == f"chatcmpl-{raw.headers['x-request-id']}"
     assert plain.model == PUBLIC_MODEL  # rewritten from the tier's served name
     assert plain.choices[0].finish_reason == "length"
     usage = plain.usage
