@@ -81,7 +81,7 @@ def check_label_log_path(path: Path) -> None:
             raise PermissionError(f"label log {path} is not writable")
         return
     ancestor = path.parent
-    while not ancestor.exists():  # LabelLog creates the missing directories
+    while not ancestor.exists() and ancestor != ancestor.parent:  # LabelLog makes them
         ancestor = ancestor.parent
     if not ancestor.is_dir():
         raise NotADirectoryError(f"label log {path}: {ancestor} is not a directory")
