@@ -44,6 +44,7 @@ from gateway.protocol import EndpointKind
 from gateway.proxy.channel import Receive, Send
 from gateway.proxy.events import ExchangeListener
 from gateway.proxy.service import ProxyService
+from gateway.request_ids import HEADER as REQUEST_ID_HEADER
 from gateway.request_ids import RequestIds
 from gateway.routing.policy import RoutingPolicy, TopTierPolicy
 from gateway.routing.router import RouterPolicy
@@ -300,6 +301,8 @@ class Gateway:
             if handler is not None:
                 await handler(scope, receive, send)
                 return
+        if scope["type"] == "http" and scope["path"].startswith("/v1/"):
+            send = _with_request_id(send, self.request_ids.new())
         await self._fallback(scope, receive, send)  # type: ignore[arg-type]
 
     @contextlib.asynccontextmanager
@@ -420,6 +423,19 @@ class _HotRouteFallback:
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         await self.gateway.runtime.hot_routes[scope["path"]](scope, receive, send)
+
+
+def _with_request_id(send: Send, request_id: bytes) -> Send:
+    """`send` with the request's `x-request-id` added to the response's headers (the OpenAI
+    API's other routes carry one too; the generation handlers add their own)."""
+
+    async def sending(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            headers = [*message.get("headers", ()), (REQUEST_ID_HEADER, request_id)]
+            message = {**message, "headers": headers}
+        await send(message)
+
+    return sending
 
 
 async def _http_exception(request: Request, exc: Exception) -> Response:

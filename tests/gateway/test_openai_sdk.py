@@ -416,6 +416,9 @@ def test_every_answer_carries_the_gateways_request_id(client: OpenAI, gw: Gatewa
             **chat
         )
     assert caught.value.request_id is not None and caught.value.request_id.startswith("req_")
+    models = client.models.with_raw_response.list()  # the other /v1 routes carry one too
+    assert models.headers["x-request-id"].startswith("req_")
+    assert send("GET", f"{gw.url}/v1/nothing-here").headers["x-request-id"].startswith("req_")
 
 
 def test_upstream_error_status_is_relayed_for_client_mistakes(client: OpenAI) -> None:
