@@ -76,6 +76,7 @@ class CompletedExchange:
     probabilities: tuple[float, ...] | None
     reason: str
     score: float | None = None
+    request_id: str = ""  # the gateway's x-request-id of the client's request
 
 
 __all__ = [

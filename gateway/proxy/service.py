@@ -233,6 +233,7 @@ class ProxyService:
                 probabilities=decision.probabilities,
                 reason=record.reason,
                 score=decision.score,
+                request_id=record.request_id.decode(),
             )
             for listener in wanted:
                 listener.exchange_done(done)

@@ -109,6 +109,15 @@ def skip_reason(
     return None
 
 
+def replay_id_header(exchange: CompletedExchange) -> bytes:
+    """The replay's x-request-id header: the client's request id, marked, so the engine's logs
+    show the replay beside the original, and an abort of one (vLLM aborts by id) never reaches
+    the other."""
+    if not exchange.request_id:
+        return b""
+    return b"x-request-id: %s-shadow\r\n" % exchange.request_id.encode()
+
+
 class ShadowSampler:
     """An ExchangeListener; one per gateway."""
 
@@ -348,7 +357,9 @@ class ShadowSampler:
         endpoint.inflight += 1
         try:
             response = await endpoint.pool.request(
-                endpoint.pool.render(b"POST", path, orjson.dumps(request)),
+                endpoint.pool.render(
+                    b"POST", path, orjson.dumps(request), replay_id_header(exchange)
+                ),
                 first_byte_timeout_s=300.0,
                 total_timeout_s=600.0,
             )
@@ -403,7 +414,7 @@ class ShadowSampler:
         correct[tier] = 1.0 if adequate else 0.0
         correct[self.names[-1]] = 1.0
         line: dict[str, Any] = {
-            "id": uuid.uuid4().hex,
+            "id": exchange.request_id or uuid.uuid4().hex,  # the x-request-id clients saw
             "correct": correct,
             "source": f"shadow:{exchange.tenant}",
             "shadow": {
@@ -470,5 +481,6 @@ __all__ = [
     "kept_request",
     "pick_below",
     "replay_budget",
+    "replay_id_header",
     "skip_reason",
 ]

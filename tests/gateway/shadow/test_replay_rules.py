@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 import orjson
@@ -17,6 +18,7 @@ from gateway.shadow.sampler import (
     kept_request,
     pick_below,
     replay_budget,
+    replay_id_header,
     skip_reason,
 )
 from gateway.stats import CompletedExchange
@@ -194,3 +196,10 @@ def test_kept_text_lines_keep_every_field_the_features_read() -> None:
     harness = Harness(settings(shadow_keep_text=True))
     line = harness.sampler._line(exchange(0, request), "nvfp4", True, "exact", None)
     assert line["request"] == kept
+
+
+def test_a_replay_carries_the_clients_request_id_marked_as_a_replay() -> None:
+    """The engine logs the replay beside the original; never the same id (vLLM aborts by id)."""
+    original = dataclasses.replace(exchange(0), request_id="req_0123abcd000000000007")
+    assert replay_id_header(original) == b"x-request-id: req_0123abcd000000000007-shadow\r\n"
+    assert replay_id_header(exchange(0)) == b""  # no id known: the engine makes its own

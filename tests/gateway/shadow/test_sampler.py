@@ -25,9 +25,12 @@ HARD = [
 ]
 
 
-def chat(gw: GatewayThread, content: str) -> None:
+def chat(gw: GatewayThread, content: str) -> str:
+    """Sends one chat request; returns its x-request-id."""
     body = {"model": MODEL, "messages": [{"role": "user", "content": content}], "max_tokens": 24}
-    assert send("POST", f"{gw.url}/v1/chat/completions", body).status == 200
+    reply = send("POST", f"{gw.url}/v1/chat/completions", body)
+    assert reply.status == 200
+    return reply.headers["x-request-id"]
 
 
 def admin(gw: GatewayThread) -> Any:
@@ -49,8 +52,7 @@ def test_shadow_labels_match_the_quality_model(ladder: Ladder, tmp_path: Path) -
         parse_settings(data), policy_factory=fixed_policy(0, (0.9, 0.95, 1.0))
     ) as gw:
         bf16_before = ladder.sims[2].stats()["requests"]
-        for content in EASY + HARD:
-            chat(gw, content)
+        request_ids = {chat(gw, content): content for content in EASY + HARD}
         deadline = time.monotonic() + 30
         while (
             time.monotonic() < deadline
@@ -74,6 +76,10 @@ def test_shadow_labels_match_the_quality_model(ladder: Ladder, tmp_path: Path) -
                 "bf16": 1.0,
             }
             assert by_text[text]["source"] == "shadow:default"
+        # A label's id is the x-request-id its client saw (and the engines logged).
+        assert {line["id"]: line["request"]["messages"][0]["content"] for line in lines} == (
+            request_ids
+        )
         # The log is a label file as it stands: the ladder comes from it, unlabelled tiers are NaN.
         labels_read = load_labels([log])
         assert labels_read.tiers == ("nvfp4", "w4a16", "bf16")
