@@ -431,8 +431,10 @@ def _with_request_id(send: Send, request_id: bytes) -> Send:
 
     async def sending(message: dict[str, Any]) -> None:
         if message["type"] == "http.response.start":
-            headers = [*message.get("headers", ()), (REQUEST_ID_HEADER, request_id)]
-            message = {**message, "headers": headers}
+            headers = list(message.get("headers", ()))
+            if all(name != REQUEST_ID_HEADER for name, _ in headers):  # one id per answer
+                headers.append((REQUEST_ID_HEADER, request_id))
+                message = {**message, "headers": headers}
         await send(message)
 
     return sending
