@@ -68,10 +68,12 @@ class RunningFlags:
         return self.speculative, self.prefix_caching
 
     def config(self, precision: Precision, assumed: TierConfig | None = None) -> TierConfig | None:
-        """The running configuration. A flag the gateway cannot see is taken from `assumed`
-        (the planner's own view), so the flag it does see is still followed; None when
-        neither says."""
+        """The running configuration. When one flag is seen, the other is taken from
+        `assumed` (the planner's own view), so the seen one is still followed; None when
+        neither is seen (the planner then plans as offline, on its own advice)."""
         speculative, prefix_caching = self.speculative, self.prefix_caching
+        if speculative is None and prefix_caching is None:
+            return None
         if assumed is not None:
             speculative = assumed.speculative if speculative is None else speculative
             prefix_caching = assumed.prefix_caching if prefix_caching is None else prefix_caching

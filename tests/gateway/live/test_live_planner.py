@@ -181,6 +181,20 @@ def test_the_flag_an_engine_shows_is_followed_while_the_other_is_unknown(
     assert loop.gauge("tiergate_flag_drift", "speculative_decoding") == 1.0
 
 
+def test_with_neither_flag_seen_the_planner_takes_its_own_advice_as_applied(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No vllm_args and no engine metrics: nothing to follow, so the planner plans as offline
+    and, once its advice is confirmed, takes it as applied (hold), not as drift forever."""
+    loop = Loop(monkeypatch)
+    loop.reload(None)
+    # First no repetition (no speculation advised), then copy-heavy traffic.
+    entries = [loop.plan(None, 0.0)] + [loop.plan(None, 0.9) for _ in range(3)]
+    assert entries[-1]["running"] == {"speculative": None, "prefix_caching": None}
+    assert [entry["action"] for entry in entries] == ["initial", "pending", "switch", "hold"]
+    assert entries[-1]["recommended"]["speculative"] is True
+
+
 def test_replicas_that_disagree_leave_the_flag_unknown() -> None:
     on, off = RunningFlags(True, True), RunningFlags(False, True)
     assert agreed_flags([on, on]).as_tuple() == (True, True)
