@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,10 @@ from gateway.planner.vllm_args import vllm_serve_args
 from gateway.precision import PRECISIONS, Precision
 
 REPO = Path(__file__).resolve().parents[2]
+# The environment as the session started, taken in the main thread before any test ran: the
+# deployment is prepared in a background thread (preparation.py) while tests set and unset
+# variables with monkeypatch, which neither the servers nor pip should see.
+SESSION_ENVIRON = dict(os.environ)
 VENV = REPO / ".venv-vllm"
 PYTHON = VENV / "bin" / "python"
 BUILD_SCRIPT = Path(__file__).resolve().parent / "assets" / "build_tiny_moe.py"
@@ -127,6 +131,7 @@ def _run(argv: Sequence[str], log: Path, timeout_s: float, **kwargs: Any) -> Non
     with log.open("a") as out:
         out.write(f"\n$ {' '.join(argv)}\n")
         out.flush()
+        kwargs.setdefault("env", SESSION_ENVIRON)
         result = subprocess.run(
             argv, stdout=out, stderr=subprocess.STDOUT, timeout=timeout_s, check=False, **kwargs
         )
@@ -340,7 +345,7 @@ def server_argv(planned: Sequence[str], served_model_name: str, port: int) -> li
 def server_environ(
     extra: dict[str, str], scratch: Path | None = None, cache: Path | None = None
 ) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "CUDA_"))}
+    env = {k: v for k, v in SESSION_ENVIRON.items() if not k.startswith(("VLLM_", "CUDA_"))}
     # Bytecode must be written: without it each of a server's three processes compiles
     # torch, transformers and vLLM from source (about 30 s of CPU each on this machine).
     env.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -521,12 +526,18 @@ class Deployment:
         }
         return cls(model_dir, planner, servers)
 
-    def start(self, timeout_s: float = HEALTH_TIMEOUT_S) -> None:
+    def start(
+        self, timeout_s: float = HEALTH_TIMEOUT_S, cancelled: Callable[[], bool] = lambda: False
+    ) -> None:
+        """Starts every server and waits until all are healthy; `cancelled()` true ends the
+        wait early with RuntimeError (the servers keep running until `stop`)."""
         started = time.monotonic()
         for server in self.servers.values():
             server.start()
         waiting = list(self.servers.values())
         while waiting:
+            if cancelled():
+                raise RuntimeError("vLLM start-up cancelled: the session is ending")
             if time.monotonic() - started > timeout_s:
                 names = [s.spec.name for s in waiting]
                 raise RuntimeError(

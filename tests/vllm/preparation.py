@@ -41,6 +41,7 @@ class Preparation:
         self._running: Deployment | None = None
         self._scratch: Path | None = None
         self._error: BaseException | None = None
+        self._closing = threading.Event()  # the session is ending: stop between steps
         self._thread = threading.Thread(target=self._prepare, name="vllm-preparation", daemon=True)
 
     def start(self) -> Preparation:
@@ -54,6 +55,8 @@ class Preparation:
             mark = time.monotonic()
             model_dir = ensure_model(self.logs / "model.log")
             self.timings["model"] = time.monotonic() - mark
+            if self._closing.is_set():  # the session ended before the vLLM tests ran
+                return
             # A short scratch path: ZMQ's socket files live under TMPDIR (108-byte path limit).
             self._scratch = Path(tempfile.mkdtemp(prefix="tg-vllm-"))
             base = free_port_block(len(TIERS))
@@ -65,7 +68,7 @@ class Preparation:
 
     def _start_servers(self, running: Deployment) -> None:
         try:
-            running.start()
+            running.start(cancelled=self._closing.is_set)
         except RuntimeError as exc:
             try:
                 warm_up(self.logs / "warm-up.log")
@@ -90,16 +93,19 @@ class Preparation:
         return self._running
 
     def close(self) -> list[int]:
-        """Waits for the thread, stops whatever it started; returns surviving pids. A second
-        call finds nothing left to stop."""
-        self._thread.join()
-        if self._running is None:
-            return []
-        left = self._running.stop()
-        self._running = None
-        if self._scratch is not None:
-            shutil.rmtree(self._scratch, ignore_errors=True)
-        self.timings["total_with_stop"] = self._since_start()
+        """Stops whatever the thread started (ending its wait for the servers first); returns
+        surviving pids. A second call finds nothing left to stop. An install still running
+        is waited for (pip is not interrupted mid-write), but a start-up is not."""
+        self._closing.set()
+        try:
+            self._thread.join()
+        finally:  # even when the join is interrupted (Ctrl-C): no server outlives the session
+            running, self._running = self._running, None
+            left = running.stop() if running is not None else []
+            if self._scratch is not None:
+                shutil.rmtree(self._scratch, ignore_errors=True)
+                self._scratch = None
+            self.timings["total_with_stop"] = self._since_start()
         return left
 
     def _since_start(self) -> float:
