@@ -74,9 +74,10 @@ class LabelLog:
 def check_label_log_path(path: Path) -> None:
     """Raises OSError when `LabelLog(path)` could not create or append to `path`, without
     creating anything: a configuration check must leave the file system as it found it."""
+    path = path.resolve()  # a symbolic link is checked where LabelLog would write: its target
     if path.exists():
-        if not path.is_file():
-            raise IsADirectoryError(f"label log {path} exists and is not a file")
+        if path.is_dir():
+            raise IsADirectoryError(f"label log {path} is a directory")
         if not os.access(path, os.W_OK):
             raise PermissionError(f"label log {path} is not writable")
         return

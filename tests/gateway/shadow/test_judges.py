@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import unicodedata
 from collections.abc import Mapping
@@ -229,8 +230,14 @@ def test_checking_a_label_log_path_creates_nothing(tmp_path: Path) -> None:
     (tmp_path / "a-file").write_text("")
     with pytest.raises(NotADirectoryError, match="a-file is not a directory"):
         check_label_log_path(tmp_path / "a-file" / "sub" / "labels.jsonl")
-    with pytest.raises(IsADirectoryError, match="not a file"):
+    with pytest.raises(IsADirectoryError, match="is a directory"):
         check_label_log_path(tmp_path)
+    check_label_log_path(Path(os.devnull))  # LabelLog appends to a device as well
+    (tmp_path / "link").symlink_to(tmp_path / "a-file" / "target")  # dangling, unreachable
+    with pytest.raises(NotADirectoryError):
+        check_label_log_path(tmp_path / "link")
+    with pytest.raises(OSError):
+        LabelLog(tmp_path / "link")
     with pytest.raises(OSError):  # the same paths that LabelLog itself refuses
         LabelLog(tmp_path / "a-file" / "sub" / "labels.jsonl")
     with pytest.raises(OSError):
