@@ -301,7 +301,7 @@ class Gateway:
             if handler is not None:
                 await handler(scope, receive, send)
                 return
-        if scope["type"] == "http" and scope["path"].startswith("/v1/"):
+        if scope["type"] == "http" and scope["path"].startswith("/v1"):
             send = _with_request_id(send, self.request_ids.new())
         await self._fallback(scope, receive, send)  # type: ignore[arg-type]
 

@@ -18,13 +18,14 @@ HEADER: Final = b"x-request-id"
 
 
 class RequestIds:
-    """`req_` + 8 random hex digits per instance + a 12-digit counter: unique across workers
-    and restarts without a random draw per request (230 ns, against 700 for os.urandom)."""
+    """`req_` + 12 random hex digits per instance + a 12-digit counter: across workers and
+    restarts two instances share a prefix with odds of about n^2 / 2^49 for n instances, and
+    no request pays for a random draw (230 ns, against 700 for os.urandom)."""
 
     __slots__ = ("_counter", "_prefix")
 
     def __init__(self) -> None:
-        self._prefix = b"req_" + binascii.hexlify(os.urandom(4))
+        self._prefix = b"req_" + binascii.hexlify(os.urandom(6))
         self._counter = itertools.count()
 
     def new(self) -> bytes:

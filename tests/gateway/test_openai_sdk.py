@@ -395,7 +395,7 @@ def test_every_answer_carries_the_gateways_request_id(client: OpenAI, gw: Gatewa
     chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
     completion = client.chat.completions.create(**chat)  # type: ignore[call-overload]
     request_id = completion._request_id
-    assert request_id is not None and re.fullmatch(r"req_[0-9a-f]{20}", request_id)
+    assert request_id is not None and re.fullmatch(r"req_[0-9a-f]{24}", request_id)
     assert completion.id == f"chatcmpl-{request_id}"
     stream = client.chat.completions.create(**chat, stream=True)  # type: ignore[call-overload]
     streamed = [chunk.id for chunk in stream]
@@ -418,7 +418,8 @@ def test_every_answer_carries_the_gateways_request_id(client: OpenAI, gw: Gatewa
     assert caught.value.request_id is not None and caught.value.request_id.startswith("req_")
     models = client.models.with_raw_response.list()  # the other /v1 routes carry one too
     assert models.headers["x-request-id"].startswith("req_")
-    assert send("GET", f"{gw.url}/v1/nothing-here").headers["x-request-id"].startswith("req_")
+    for path in ("/v1/nothing-here", "/v1"):
+        assert send("GET", f"{gw.url}{path}").headers["x-request-id"].startswith("req_")
 
 
 def test_upstream_error_status_is_relayed_for_client_mistakes(client: OpenAI) -> None:

@@ -200,6 +200,6 @@ def test_kept_text_lines_keep_every_field_the_features_read() -> None:
 
 def test_a_replay_carries_the_clients_request_id_marked_as_a_replay() -> None:
     """The engine logs the replay beside the original; never the same id (vLLM aborts by id)."""
-    original = dataclasses.replace(exchange(0), request_id="req_0123abcd000000000007")
-    assert replay_id_header(original) == b"x-request-id: req_0123abcd000000000007-shadow\r\n"
+    original = dataclasses.replace(exchange(0), request_id="req_0123456789ab000000000007")
+    assert replay_id_header(original) == b"x-request-id: req_0123456789ab000000000007-shadow\r\n"
     assert replay_id_header(exchange(0)) == b""  # no id known: the engine makes its own
