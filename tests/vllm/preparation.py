@@ -70,6 +70,8 @@ class Preparation:
         try:
             running.start(cancelled=self._closing.is_set)
         except RuntimeError as exc:
+            if self._closing.is_set():
+                raise  # cancelled: nothing to diagnose
             try:
                 warm_up(self.logs / "warm-up.log")
             except VllmUnavailable as cpu:
