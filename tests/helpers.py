@@ -43,20 +43,31 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+# Every port free_port_block has handed out in this session. The vLLM deployment binds its
+# ports a minute or more after taking them (tests/vllm/preparation.py), while other tests
+# run: a later block must not reuse them.
+_HANDED_OUT: set[int] = set()
+_HANDING_OUT = threading.Lock()
+
+
 def free_port_block(count: int) -> int:
     """First of `count` consecutive free ports, below the kernel's ephemeral range (32768 and
     up by default), where outgoing connections take their ports: `free_port() + 1` can be
-    taken by one of those at any moment."""
+    taken by one of those at any moment. No port is handed out twice in a session."""
     rng = random.Random()
     for _ in range(200):
         base = rng.randrange(20000, 32000 - count)
-        with contextlib.ExitStack() as held:
+        block = range(base, base + count)
+        with _HANDING_OUT, contextlib.ExitStack() as held:
+            if not _HANDED_OUT.isdisjoint(block):
+                continue
             try:
-                for offset in range(count):
+                for port in block:
                     sock = held.enter_context(socket.socket())
-                    sock.bind(("127.0.0.1", base + offset))
+                    sock.bind(("127.0.0.1", port))
             except OSError:
                 continue
+            _HANDED_OUT.update(block)
             return base
     raise RuntimeError(f"no block of {count} free ports found")
 
