@@ -278,6 +278,7 @@ def test_saturated_tier_escalates_and_all_saturated_is_429(fault_ladder: Ladder)
         started = time.monotonic()
         status, headers, body = chat(gw)
         assert status == 429 and headers["retry-after"] == "1"
+        assert headers["retry-after-ms"] == "1000"
         assert json.loads(body)["error"]["code"] == "tiers_saturated"
         assert time.monotonic() - started < 3  # bounded wait, no hang
         assert (
@@ -503,5 +504,5 @@ def test_no_healthy_endpoint_is_503_with_retry_after() -> None:
     with GatewayThread(parse_settings(data)) as gw:
         status, headers, body = chat(gw)
     assert status == 503, body
-    assert headers["retry-after"] == "3"
+    assert headers["retry-after"] == "3" and headers["retry-after-ms"] == "3000"
     assert json.loads(body)["error"]["code"] == "service_unavailable"
