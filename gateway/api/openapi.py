@@ -32,10 +32,64 @@ _ERROR_SCHEMA: dict[str, Any] = {
 }
 
 
+# Response headers, declared once (components.headers) and referenced where they are sent.
+_HEADERS: dict[str, Any] = {
+    "RequestId": {
+        "description": "The gateway's id of this request (`req_` and 24 hex digits); a "
+        "generation request's engine builds the completion's `id` on it",
+        "required": True,
+        "schema": {"type": "string"},
+    },
+    "RetryAfter": {
+        "description": "Seconds to wait before retrying, rounded up",
+        "required": True,
+        "schema": {"type": "integer", "minimum": 1},
+    },
+    "RetryAfterMs": {
+        "description": "Milliseconds to wait before retrying (the OpenAI SDKs read it first)",
+        "required": True,
+        "schema": {"type": "integer", "minimum": 1},
+    },
+    "Tier": {
+        "description": "The tier that served the request",
+        "required": True,
+        "schema": {"type": "string"},
+    },
+    "OverheadMs": {
+        "description": "Time spent in the gateway, the upstream excluded",
+        "required": True,
+        "schema": {"type": "string"},
+    },
+    "Probability": {
+        "description": "Calibrated probability behind the routing choice (absent when pinned)",
+        "schema": {"type": "string"},
+    },
+}
+
+
+def _headers(*names: str) -> dict[str, Any]:
+    return {
+        header: {"$ref": f"#/components/headers/{name}"}
+        for header, name in (
+            ("x-request-id", "RequestId"),
+            ("retry-after", "RetryAfter"),
+            ("retry-after-ms", "RetryAfterMs"),
+            ("x-tiergate-tier", "Tier"),
+            ("x-tiergate-overhead-ms", "OverheadMs"),
+            ("x-tiergate-p", "Probability"),
+        )
+        if name in names
+    }
+
+
 def _error_responses(*codes: int) -> dict[str, Any]:
+    """Errors under /v1: each carries its request id, and a wait where it asks for one."""
     return {
         str(code): {
             "description": "OpenAI-shaped error",
+            "headers": _headers("RequestId", "RetryAfter", "RetryAfterMs")
+            if code in (429, 503)
+            else _headers("RequestId"),
             "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
         }
         for code in codes
@@ -56,6 +110,7 @@ def _generation(name: str, schema: str) -> dict[str, Any]:
             "responses": {
                 "200": {
                     "description": "The upstream tier's answer, relayed (JSON, or SSE when stream)",
+                    "headers": _headers("RequestId", "Tier", "OverheadMs", "Probability"),
                     "content": {"application/json": {"schema": {"type": "object"}}},
                 },
                 **_error_responses(400, 401, 403, 404, 413, 429, 502, 503, 504),
@@ -81,6 +136,7 @@ def openapi_document(public_model: str) -> dict[str, Any]:
         },
         "components": {
             "schemas": schemas,
+            "headers": _HEADERS,
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
         "paths": {
@@ -93,6 +149,7 @@ def openapi_document(public_model: str) -> dict[str, Any]:
                     "responses": {
                         "200": {
                             "description": "Public model and one pinned id per tier",
+                            "headers": _headers("RequestId"),
                             "content": {"application/json": {"schema": {"type": "object"}}},
                         },
                         **_error_responses(401),
@@ -114,6 +171,7 @@ def openapi_document(public_model: str) -> dict[str, Any]:
                     "responses": {
                         "200": {
                             "description": "The model, if the caller may use it",
+                            "headers": _headers("RequestId"),
                             "content": {"application/json": {"schema": {"type": "object"}}},
                         },
                         **_error_responses(401, 404),

@@ -63,6 +63,22 @@ def test_schema_generated_requests(case: Any, fuzz_gw: GatewayThread) -> None:
         base_url=fuzz_gw.url, headers={"authorization": f"Bearer {API_KEY}"}, timeout=30
     )
     assert_openai_shaped(response.status_code, response.content)
+    assert "x-request-id" in response.headers  # every answer under /v1
+    declared = required_headers(case.path, case.method, response.status_code)
+    assert not [name for name in declared if name not in response.headers], declared
+
+
+def required_headers(path: str, method: str, status: int) -> list[str]:
+    """The response headers the OpenAPI document says are always there for this answer."""
+    document = openapi_document(MODEL)
+    operation = document["paths"][path].get(method.lower(), {})  # negative cases try others
+    response = operation.get("responses", {}).get(str(status), {})
+    components = document["components"]["headers"]
+    return [
+        name
+        for name, ref in response.get("headers", {}).items()
+        if components[ref["$ref"].rsplit("/", 1)[1]].get("required", False)
+    ]
 
 
 def post_raw(gw: GatewayThread, body: bytes, path: str) -> tuple[int, bytes]:
