@@ -427,14 +427,13 @@ class _HotRouteFallback:
 
 def _with_request_id(send: Send, request_id: bytes) -> Send:
     """`send` with the request's `x-request-id` added to the response's headers (the OpenAI
-    API's other routes carry one too; the generation handlers add their own)."""
+    API's other routes carry one too). A POST to a generation path never comes this way:
+    `Gateway.__call__` hands it to its handler, which adds its own."""
 
     async def sending(message: dict[str, Any]) -> None:
         if message["type"] == "http.response.start":
-            headers = list(message.get("headers", ()))
-            if all(name != REQUEST_ID_HEADER for name, _ in headers):  # one id per answer
-                headers.append((REQUEST_ID_HEADER, request_id))
-                message = {**message, "headers": headers}
+            headers = [*message.get("headers", ()), (REQUEST_ID_HEADER, request_id)]
+            message = {**message, "headers": headers}
         await send(message)
 
     return sending
