@@ -252,6 +252,9 @@ class Gateway:
             exception_handlers={HTTPException: _http_exception},
             lifespan=self._lifespan,
         )
+        # A path with a trailing slash gets the 404 that names it, not Starlette's redirect,
+        # whose Location is built from the client's Host header.
+        app.router.redirect_slashes = False
         app.state.gateway = self
         return app
 

@@ -19,6 +19,7 @@ OpenAI SDK parses into its own exception classes.
 from __future__ import annotations
 
 import math
+from typing import Final
 
 import orjson
 
@@ -141,6 +142,42 @@ class UpstreamTimeoutError(UpstreamError):
     default_code = "upstream_timeout"
 
 
+# The refusals an engine may answer a request with; each is relayed in the gateway's shape.
+_ENGINE_REFUSALS: dict[int, type[InvalidRequestError]] = {
+    400: InvalidRequestError,
+    413: PayloadTooLargeError,
+    422: InvalidRequestError,
+}
+_MAX_PLAIN_MESSAGE: Final = 1000
+
+
+def engine_refusal(status: int, body: bytes) -> bytes:
+    """An engine's refusal (400, 413, 422) of a request, in the shape the gateway's own
+    refusals have. vLLM answers `{"error": {"message", "type": "BadRequestError", "param",
+    "code": 400}}` (older releases: those fields at the top level, beside `"object":
+    "error"`); a client that switches on `type` or `code` should not meet two conventions
+    behind one API. The engine's message and param are kept; a body that is not such JSON
+    becomes the message."""
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        parsed = None
+    fields = parsed.get("error", parsed) if isinstance(parsed, dict) else None
+    message = fields.get("message") if isinstance(fields, dict) else None
+    if not isinstance(message, str) or not message:
+        text = body.decode("utf-8", "replace").strip()[:_MAX_PLAIN_MESSAGE]
+        message = text or f"The engine refused the request (HTTP {status})."
+    param = fields.get("param") if isinstance(fields, dict) else None
+    code = fields.get("code") if isinstance(fields, dict) else None
+    refusal = _ENGINE_REFUSALS.get(status, InvalidRequestError)(
+        message,
+        param=param if isinstance(param, str) else None,
+        # vLLM repeats the HTTP status as an int code; only a named code says more.
+        code=code if isinstance(code, str) else None,
+    )
+    return refusal.body()
+
+
 def error_event(exc: TiergateError) -> bytes:
     """An SSE event carrying an error, sent when a stream fails after its first byte."""
     return b"data: " + exc.body() + b"\n\n"
@@ -158,5 +195,6 @@ __all__ = [
     "TiergateError",
     "UpstreamError",
     "UpstreamTimeoutError",
+    "engine_refusal",
     "error_event",
 ]

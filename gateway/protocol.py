@@ -160,9 +160,7 @@ def parse_request(
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        if "UTF-8" in str(exc):  # orjson's wording ("str is not valid UTF-8: ...") misleads
-            raise InvalidRequestError("Request body is not valid UTF-8 text.") from None
-        raise InvalidRequestError(f"Request body is not valid JSON: {exc}.") from None
+        data = _parse_unusual(body, exc)
     if not isinstance(data, dict):
         raise InvalidRequestError("Request body must be a JSON object.")
     _check_depth(body, data, limits.max_json_depth)
@@ -184,6 +182,22 @@ def parse_request(
             "max_tokens must be at least 1, got 0 (0 is for echo: true).", param="max_tokens"
         )
     return data
+
+
+_UTF8_BOM: Final = b"\xef\xbb\xbf"
+
+
+def _parse_unusual(body: bytes, exc: orjson.JSONDecodeError) -> Any:
+    """A body orjson refused: one led by a byte order mark is parsed without it (RFC 8259
+    lets a parser ignore one, and Python's json does), anything else is the client's error."""
+    if body.startswith(_UTF8_BOM):
+        try:
+            return orjson.loads(body[len(_UTF8_BOM) :])
+        except orjson.JSONDecodeError as inner:
+            exc = inner
+    if "UTF-8" in str(exc):  # orjson's wording ("str is not valid UTF-8: ...") misleads
+        raise InvalidRequestError("Request body is not valid UTF-8 text.") from None
+    raise InvalidRequestError(f"Request body is not valid JSON: {exc}.") from None
 
 
 # vLLM's completions endpoint generates this many tokens when max_tokens is unset.

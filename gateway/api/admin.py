@@ -42,7 +42,9 @@ def require_admin(handler: Callable[[Request, Gateway], Awaitable[Any]]) -> Hand
                     "The admin API is disabled: set admin.token or $TIERGATE_ADMIN_TOKEN."
                 )
             )
-        scheme, _, presented = request.headers.get("authorization", "").partition(" ")
+        # Exactly one Authorization header: with several, servers disagree on which counts.
+        values = request.headers.getlist("authorization")
+        scheme, _, presented = values[0].partition(" ") if len(values) == 1 else ("", "", "")
         if scheme.lower() != "bearer" or not hmac.compare_digest(
             presented.strip().encode(), token.encode()
         ):

@@ -19,7 +19,7 @@ from gateway.request_ids import HEADER as REQUEST_ID_HEADER
 from gateway.request_ids import RequestIds
 from gateway.stats import Ladder, RequestRecord
 from gateway.tenants.admission import Admission, Ticket
-from gateway.tenants.registry import TenantRegistry
+from gateway.tenants.registry import TenantRegistry, several_authorizations
 
 PIN_HEADER = b"x-tiergate-tier"
 log = logging.getLogger("tiergate.api")
@@ -63,6 +63,8 @@ class GenerationHandler:
             authorization = pin = None
             for name, value in scope["headers"]:
                 if name == b"authorization":
+                    if authorization is not None:
+                        raise several_authorizations()
                     authorization = value
                 elif name == PIN_HEADER:
                     pin = value

@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse, Response
 
 from gateway.api.openapi import openapi_document
 from gateway.errors import NotFoundError, TiergateError
+from gateway.tenants.registry import one_authorization
 
 if TYPE_CHECKING:
     from gateway.app import GatewayRuntime
@@ -37,7 +38,8 @@ def error_response(exc: TiergateError) -> Response:
 def _model_ids(request: Request) -> list[str]:
     """The public model and the pins the caller may use; raises 401 for a bad key."""
     runtime = runtime_of(request)
-    tenant = runtime.tenants.authenticate(_header(request, "authorization"))
+    values = [value.encode("latin-1") for value in request.headers.getlist("authorization")]
+    tenant = runtime.tenants.authenticate(one_authorization(values))
     public = runtime.settings.model
     ids = [public]
     if tenant.allow_pinning:
@@ -94,11 +96,6 @@ async def metrics(request: Request) -> Response:
 
 async def openapi(request: Request) -> Response:
     return JSONResponse(openapi_document(runtime_of(request).settings.model))
-
-
-def _header(request: Request, name: str) -> bytes | None:
-    value = request.headers.get(name)
-    return None if value is None else value.encode("latin-1")
 
 
 __all__ = [

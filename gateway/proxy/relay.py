@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from gateway.backends.h1client import UpstreamFailure, UpstreamResponse
-from gateway.errors import UpstreamError, error_event
+from gateway.errors import UpstreamError, engine_refusal, error_event
 from gateway.protocol import EndpointKind
 from gateway.proxy.channel import ClientChannel
 from gateway.proxy.rewrite import SSEBuffer, split_usage_event, usage_counts
@@ -69,14 +69,18 @@ async def relay_body(exchange: Exchange, response: UpstreamResponse, data: bytes
     """Relays a whole answer (its body already read by the attempt)."""
     data = exchange.rewrite(data)
     record = exchange.record
-    if response.status == 200:
-        counts = usage_counts(data)
-        if counts is not None:
-            record.prompt_tokens, record.completion_tokens = counts
+    status = response.status
+    if status >= 400:  # the engine refused the request (attempts relay no other error)
+        data, content_type = engine_refusal(status, data), b"application/json"
+    else:
+        if status == 200:
+            counts = usage_counts(data)
+            if counts is not None:
+                record.prompt_tokens, record.completion_tokens = counts
+        content_type = response.header(b"content-type") or b"application/json"
     if exchange.captured is not None:
         exchange.captured.append(data)
-    content_type = response.header(b"content-type") or b"application/json"
-    await exchange.channel.respond(response.status, exchange.headers(content_type), data)
+    await exchange.channel.respond(status, exchange.headers(content_type), data)
 
 
 async def relay_stream(exchange: Exchange, response: UpstreamResponse) -> None:

@@ -16,6 +16,7 @@ from gateway.backends.h1client import UpstreamResponse
 from gateway.backends.tier import EndpointState, TierBackend
 from gateway.config import ResilienceSettings, TimeoutSettings
 from gateway.errors import (
+    InvalidRequestError,
     NotFoundError,
     PermissionDeniedError,
     RateLimitError,
@@ -144,10 +145,13 @@ class ProxyService:
                 )
             suffix_pin = tier_name
         if suffix_pin and header_pin and suffix_pin != header_pin:
-            raise NotFoundError(
+            # Both pins may name real tiers: the request contradicts itself (400), it does
+            # not ask for something missing (404).
+            raise InvalidRequestError(
                 f"The model suffix pins tier '{suffix_pin}' but the x-tiergate-tier header "
                 f"pins '{header_pin}'.",
                 param="model",
+                code="conflicting_pins",
             )
         pin = suffix_pin or header_pin
         if not pin:

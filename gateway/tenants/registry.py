@@ -113,6 +113,21 @@ class TenantRegistry:
         return found
 
 
+def several_authorizations() -> AuthenticationError:
+    """The refusal of a request with more than one Authorization header: servers and proxies
+    disagree on which one counts, so the gateway counts none."""
+    return AuthenticationError(
+        "Send one Authorization header, not several.", code="several_authorization_headers"
+    )
+
+
+def one_authorization(values: Sequence[bytes]) -> bytes | None:
+    """The value of the one Authorization header among `values` (None: there is none)."""
+    if len(values) > 1:
+        raise several_authorizations()
+    return values[0] if values else None
+
+
 def _digest_of_configured(key: str) -> bytes:
     if key.startswith(_HASH_PREFIX):
         hexdigest = key[len(_HASH_PREFIX) :]
@@ -122,4 +137,11 @@ def _digest_of_configured(key: str) -> bytes:
     return hashlib.sha256(key.encode()).digest()
 
 
-__all__ = ["Tenant", "TenantRegistry", "build_tenant", "hash_key"]
+__all__ = [
+    "Tenant",
+    "TenantRegistry",
+    "build_tenant",
+    "hash_key",
+    "one_authorization",
+    "several_authorizations",
+]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.request
 from typing import Any
@@ -165,6 +166,77 @@ def test_a_header_pin_error_names_no_body_parameter(gw: GatewayThread) -> None:
     status, response = post(gw, json.dumps(CHAT).encode(), headers)
     error = assert_openai_error(status, response, 404)
     assert error["code"] == "tier_not_found" and error["param"] is None
+
+
+def test_contradicting_pins_are_a_400_not_a_404(gw: GatewayThread) -> None:
+    # Both tiers exist: the request contradicts itself, nothing it asks for is missing.
+    headers = {"authorization": f"Bearer {API_KEY}", "x-tiergate-tier": "nvfp4"}
+    body = json.dumps({**CHAT, "model": f"{MODEL}@bf16"}).encode()
+    error = assert_openai_error(*post(gw, body, headers), 400)
+    assert error["code"] == "conflicting_pins" and error["param"] == "model"
+
+
+def test_a_trailing_slash_is_a_404_not_a_redirect_built_from_the_host_header(
+    gw: GatewayThread,
+) -> None:
+    for method, path in (("POST", "/v1/chat/completions/"), ("GET", "/ready/")):
+        reply = send(
+            method,
+            f"{gw.url}{path}",
+            CHAT if method == "POST" else None,
+            headers={"host": "evil.example"},
+        )
+        error = assert_openai_error(reply.status, reply.json(), 404)
+        assert path in error["message"] and "location" not in reply.headers
+
+
+def test_a_body_led_by_a_byte_order_mark_is_served(gw: GatewayThread, ladder: Ladder) -> None:
+    before = sum(sim.stats()["requests"] for sim in ladder.sims)
+    status, response = post(gw, b"\xef\xbb\xbf" + json.dumps(CHAT).encode())
+    assert status == 200 and response["choices"][0]["message"]["content"]
+    assert sum(sim.stats()["requests"] for sim in ladder.sims) == before + 1
+    # A mark in front of a broken body still names what is wrong with the body.
+    error = assert_openai_error(*post(gw, b"\xef\xbb\xbf{not json"), 400)
+    assert error["message"].startswith("Request body is not valid JSON")
+
+
+def _with_two_keys(gw: GatewayThread, method: str, path: str, keys: list[str]) -> tuple[int, Any]:
+    connection = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10)
+    try:
+        body = json.dumps(CHAT).encode() if method == "POST" else None
+        connection.putrequest(method, path)
+        for key in keys:
+            connection.putheader("authorization", f"Bearer {key}")
+        if body is not None:
+            connection.putheader("content-length", str(len(body)))
+        connection.endheaders(body)
+        response = connection.getresponse()
+        return response.status, json.loads(response.read())
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("keys", [[API_KEY, "sk-wrong"], ["sk-wrong", API_KEY], [API_KEY] * 2])
+@pytest.mark.parametrize(
+    ("method", "path"), [("POST", "/v1/chat/completions"), ("GET", "/v1/models")]
+)
+def test_several_authorization_headers_are_refused_on_every_route(
+    gw: GatewayThread, keys: list[str], method: str, path: str
+) -> None:
+    # Servers disagree on which of several headers counts (first or last), so none does.
+    error = assert_openai_error(*_with_two_keys(gw, method, path, keys), 401)
+    assert error["code"] == "several_authorization_headers"
+
+
+def test_an_engine_refusal_reaches_the_client_in_the_gateways_error_shape(
+    gw: GatewayThread,
+) -> None:
+    # max_tokens beyond the context window: the engine (the simulator, as vLLM) refuses it
+    # with `"type": "BadRequestError", "code": 400`; the client sees the gateway's convention.
+    status, response = post(gw, json.dumps({**CHAT, "max_tokens": 10**7}).encode())
+    error = assert_openai_error(status, response, 400)
+    assert error["type"] == "invalid_request_error" and error["code"] is None
+    assert "max_tokens" in error["message"] and error["param"] == "max_tokens"
 
 
 def test_a_gateway_defect_is_an_openai_shaped_500_and_counted(ladder: Ladder) -> None:
