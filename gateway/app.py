@@ -138,6 +138,7 @@ class Gateway:
         """Builds every config-derived object; raises on anything invalid, changing nothing."""
         if previous is not None:
             _refuse_restart_only_changes(previous.settings, settings)
+            settings = _with_running_server(previous.settings, settings)
         tenants = TenantRegistry(settings, self.environ)
         tiers = build_tiers(
             settings, endpoints_by_url(previous.tiers) if previous else None, self.environ
@@ -467,13 +468,33 @@ def _refuse_restart_only_changes(running: Settings, new: Settings) -> None:
         )
 
 
+def _with_running_server(running: Settings, new: Settings) -> Settings:
+    """The new settings with the running `server` block: the sockets are bound at start, so
+    host, port and workers change only on a restart (and /admin/config shows what runs)."""
+    if new.server == running.server:
+        return new
+    log.warning(
+        "server settings (host, port, workers) apply at start; the running ones stay until "
+        "a restart"
+    )
+    return new.model_copy(update={"server": running.server})
+
+
 def check_settings(
-    settings: Settings, policy_factory: PolicyFactory, environ: Mapping[str, str] | None = None
+    settings: Settings,
+    policy_factory: PolicyFactory,
+    environ: Mapping[str, str] | None = None,
+    *,
+    running: Settings | None = None,
 ) -> None:
     """Raises one of RELOAD_ERRORS for what pydantic cannot see in a configuration: keys shared
     between tenants, a router model that does not load, a label log that cannot be written, a
-    Redis URL without the redis package. `serve --workers` runs it before starting any worker,
-    so a bad file fails once instead of crash-looping every worker."""
+    Redis URL without the redis package; with `running`, a change a reload of that
+    configuration would refuse. `serve --workers` runs it before starting any worker, so a bad
+    file fails once instead of crash-looping every worker, and on every edit, so the copy a
+    replacement worker starts from is one its siblings accepted too."""
+    if running is not None:
+        _refuse_restart_only_changes(running, settings)
     env = dict(os.environ) if environ is None else environ
     TenantRegistry(settings, env)
     build_tiers(settings, environ=env)  # the tiers' keys and TLS files

@@ -37,7 +37,9 @@ class ConfigError(ValueError):
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # No inf or NaN: `gt=0` lets infinity through, and an infinite timeout, rate or
+    # Retry-After breaks the arithmetic (and the headers) that use it.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Endpoint(Section):
@@ -75,7 +77,7 @@ class TierSettings(Section):
     name: Name
     precision: Precision
     endpoints: list[str] = Field(min_length=1)
-    served_model_name: str | None = None
+    served_model_name: str | None = Field(default=None, min_length=1)
     max_inflight_per_endpoint: int = Field(default=512, ge=1)
     cost: float | None = Field(default=None, gt=0.0)
     vllm_args: list[str] | None = None
@@ -178,6 +180,16 @@ class ResilienceSettings(Section):
     queue_size: int = Field(default=256, ge=0)  # requests that may wait per tier
     queue_timeout_s: float = Field(default=5.0, ge=0.0)
     retry_after_s: float = Field(default=1.0, gt=0.0)
+
+    @model_validator(mode="after")
+    def _ejection_grows_to_its_cap(self) -> Self:
+        if self.base_ejection_s > self.max_ejection_s:
+            raise ValueError(
+                f"base_ejection_s ({self.base_ejection_s}) exceeds max_ejection_s "
+                f"({self.max_ejection_s}): an ejection starts at the base and doubles up to "
+                "the cap"
+            )
+        return self
 
 
 class ObserverSettings(Section):
@@ -288,6 +300,12 @@ class Settings(Section):
                     )
             if tenant.allowed_tiers is not None and not tenant.allowed_tiers:
                 raise ValueError(f"tenant {tenant.name!r}: allowed_tiers must not be empty")
+            if tenant.thresholds and tier_names[-1] in tenant.thresholds:
+                raise ValueError(
+                    f"tenant {tenant.name!r}: thresholds name the top tier "
+                    f"{tier_names[-1]!r}, which takes none (it serves what no cheaper tier "
+                    "may); set thresholds for the cheaper tiers"
+                )
         return self
 
     def tier_index(self, name: str) -> int | None:
@@ -375,11 +393,19 @@ def tier_api_key(tier: TierSettings, environ: Mapping[str, str] | None = None) -
 
 
 def tenant_keys(tenant: TenantSettings, environ: Mapping[str, str] | None = None) -> list[str]:
-    """The tenant's keys from config plus the comma-separated list in its env variable."""
+    """The tenant's keys from config plus the comma-separated list in its env variable. An
+    unset variable is a ConfigError, as for a tier's key: most likely a misspelt name or a
+    missing secret, and serving on would answer the tenant's every request with a 401."""
     env = os.environ if environ is None else environ
     keys = [key.get_secret_value() for key in tenant.api_keys]
     if tenant.api_keys_env:
-        keys.extend(k.strip() for k in env.get(tenant.api_keys_env, "").split(",") if k.strip())
+        listed = env.get(tenant.api_keys_env)
+        if listed is None:
+            raise ConfigError(
+                f"tenant {tenant.name}: api_keys_env names ${tenant.api_keys_env}, which is "
+                "not set (set it to the tenant's keys, comma-separated)"
+            )
+        keys.extend(k.strip() for k in listed.split(",") if k.strip())
     return keys
 
 

@@ -13,7 +13,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -220,6 +220,21 @@ def clear_multiprocess_dir() -> str | None:
     return directory
 
 
+def edit_check(copy: Path) -> Callable[[Path], None]:
+    """How the supervisor judges an edit of the config file: as its workers judge the reload
+    it triggers, against what they run (the last valid copy). A change they refuse, such as
+    `shared_limits`, must not reach the copy a replacement worker starts from."""
+    from gateway.app import check_settings
+    from gateway.config import load_settings
+    from gateway.routing.factory import build_policy
+
+    def check(path: Path) -> None:
+        running = load_settings(copy) if copy.exists() else None
+        check_settings(load_settings(path), build_policy, running=running)
+
+    return check
+
+
 def serve_workers(config_path: Path, host: str, port: int, workers: int) -> None:
     """One gateway process per worker, each on its own SO_REUSEPORT socket; metrics merged
     across workers.
@@ -228,10 +243,8 @@ def serve_workers(config_path: Path, host: str, port: int, workers: int) -> None
     $TIERGATE_CONFIG; counters and histograms go to files in $PROMETHEUS_MULTIPROC_DIR,
     which any worker's /metrics merges.
     """
-    from gateway.app import LAST_VALID_CONFIG_ENV, check_settings
-    from gateway.config import load_settings
+    from gateway.app import LAST_VALID_CONFIG_ENV
     from gateway.last_valid import LastValidConfig
-    from gateway.routing.factory import build_policy
     from gateway.scratch import remove_orphaned_scratch, scratch_dir
     from gateway.workers import WorkerSupervisor
 
@@ -242,11 +255,8 @@ def serve_workers(config_path: Path, host: str, port: int, workers: int) -> None
             # Ours alone: nothing reads it once the workers are gone, so it goes with us.
             metrics = scratch.enter_context(scratch_dir("metrics"))
             os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics)
-        kept = LastValidConfig(
-            config_path.resolve(),
-            scratch.enter_context(scratch_dir("config")) / "last-valid.yaml",
-            lambda path: check_settings(load_settings(path), build_policy),
-        )
+        copy = scratch.enter_context(scratch_dir("config")) / "last-valid.yaml"
+        kept = LastValidConfig(config_path.resolve(), copy, edit_check(copy))
         os.environ[LAST_VALID_CONFIG_ENV] = str(kept.copy)
         # Workers end with the supervisor, even a SIGKILLed one (`die_with_parent`), instead
         # of serving on as orphans that hold the port.

@@ -21,6 +21,7 @@ from multiprocessing.context import SpawnProcess
 from types import FrameType
 
 import uvicorn
+from prometheus_client import multiprocess as prometheus_multiprocess
 
 RESTART_BACKOFF_S = 1.0
 STOP_GRACE_S = 35.0  # uvicorn's graceful shutdown (30 s) plus a margin
@@ -134,6 +135,7 @@ class WorkerSupervisor:
                 for index, process in enumerate(self._workers):
                     if process.is_alive() or self._stopping:
                         continue
+                    _forget_live_gauges(process.pid)
                     lived = time.monotonic() - self._started.pop(process.pid or 0, 0.0)
                     failed_starts = failed_starts + 1 if lived < FAILED_START_S else 0
                     if failed_starts >= MAX_FAILED_STARTS:
@@ -165,7 +167,16 @@ class WorkerSupervisor:
             if process.is_alive():
                 process.kill()
                 process.join()
+            _forget_live_gauges(process.pid)
         self._reservation.close()
+
+
+def _forget_live_gauges(pid: int | None) -> None:
+    """Drops a dead worker's live-mode gauge files (`livesum`, `livemax`): the merged
+    exposition reads every file in the directory, so a dead worker's regime and flag gauges
+    would otherwise count until the supervisor stops."""
+    if pid is not None and os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        prometheus_multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
 
 
 __all__ = ["WorkerSupervisor", "reuseport_socket"]

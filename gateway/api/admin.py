@@ -37,11 +37,9 @@ def require_admin(handler: Callable[[Request, Gateway], Awaitable[Any]]) -> Hand
         gateway = _gateway(request)
         token = gateway.runtime.admin_token
         if not token:
-            return error_response(
-                PermissionDeniedError(
-                    "The admin API is disabled: set admin.token or $TIERGATE_ADMIN_TOKEN."
-                )
-            )
+            variable = gateway.runtime.settings.admin.token_env
+            where = f"admin.token or ${variable}" if variable else "admin.token"
+            return error_response(PermissionDeniedError(f"The admin API is disabled: set {where}."))
         # Exactly one Authorization header: with several, servers disagree on which counts.
         values = request.headers.getlist("authorization")
         scheme, _, presented = values[0].partition(" ") if len(values) == 1 else ("", "", "")

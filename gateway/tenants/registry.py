@@ -11,7 +11,7 @@ import hmac
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gateway.config import Settings, TenantSettings, tenant_keys
+from gateway.config import ConfigError, Settings, TenantSettings, tenant_keys
 from gateway.errors import AuthenticationError
 
 _HASH_PREFIX = "sha256:"
@@ -76,7 +76,10 @@ class TenantRegistry:
             tenant = build_tenant(tenant_settings, settings)
             self.tenants[tenant.name] = tenant
             for key in tenant_keys(tenant_settings, environ):
-                digest = _digest_of_configured(key)
+                try:
+                    digest = _digest_of_configured(key)
+                except ValueError as exc:
+                    raise ConfigError(f"tenant {tenant.name}: {exc}") from None
                 owner = self._lookup(digest)
                 if owner is not None and owner.name != tenant.name:
                     raise ValueError(
@@ -129,11 +132,16 @@ def one_authorization(values: Sequence[bytes]) -> bytes | None:
 
 
 def _digest_of_configured(key: str) -> bytes:
+    if not key.strip():
+        raise ValueError("an API key is empty")
     if key.startswith(_HASH_PREFIX):
         hexdigest = key[len(_HASH_PREFIX) :]
-        if len(hexdigest) != 64:
-            raise ValueError("a hashed API key must be 'sha256:' followed by 64 hex digits")
-        return bytes.fromhex(hexdigest)
+        try:
+            if len(hexdigest) == 64:
+                return bytes.fromhex(hexdigest)
+        except ValueError:
+            pass
+        raise ValueError("a hashed API key must be 'sha256:' followed by 64 hex digits")
     return hashlib.sha256(key.encode()).digest()
 
 

@@ -65,6 +65,32 @@ def base() -> dict[str, object]:
         ),
         ({"model": ""}, "model"),
         ({"surprise": 1}, "surprise"),
+        # Infinity passes `gt=0`; it would reach Retry-After and the timers.
+        ({"resilience": {"retry_after_s": float("inf")}}, "resilience.retry_after_s"),
+        ({"timeouts": {"total_s": float("inf")}}, "timeouts.total_s"),
+        (
+            {"tenants": [{"name": "t", "limits": {"requests_per_second": float("inf")}}]},
+            "tenants.0.limits.requests_per_second",
+        ),
+        ({"resilience": {"base_ejection_s": 100, "max_ejection_s": 1}}, "max_ejection_s"),
+        (
+            {"tenants": [{"name": "t", "thresholds": {"b": 0.5}}]},
+            "thresholds name the top tier 'b'",
+        ),
+        (
+            {
+                "tiers": [
+                    {"name": "a", "precision": "nvfp4", "endpoints": ["http://x/v1"]},
+                    {
+                        "name": "b",
+                        "precision": "bf16",
+                        "endpoints": ["http://y/v1"],
+                        "served_model_name": "",
+                    },
+                ]
+            },
+            "tiers.1.served_model_name",
+        ),
     ],
 )
 def test_invalid_config_names_the_field(patch: dict[str, object], fragment: str) -> None:

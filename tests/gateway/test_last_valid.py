@@ -14,6 +14,7 @@ from gateway.app import (
 )
 from gateway.config import ConfigError, load_settings, parse_settings
 from gateway.last_valid import LastValidConfig
+from gateway.launcher import edit_check
 from gateway.routing.factory import build_policy
 from tests.helpers import MODEL, write_settings
 
@@ -46,6 +47,21 @@ def test_the_copy_follows_valid_edits_only(tmp_path: Path) -> None:
     write_settings(source, _settings(9002))
     assert kept.refresh() and "9002" in kept.copy.read_text()
     assert not kept.refresh()  # unchanged since the last look: not re-validated
+
+
+def test_the_copy_refuses_an_edit_the_running_workers_refuse_to_reload(tmp_path: Path) -> None:
+    """A shared_limits change is valid on its own but no running worker can reload it: a
+    replacement worker started from it would serve other limits than its siblings."""
+    source = write_settings(tmp_path / "c.yaml", _settings(9001))
+    copy = tmp_path / "last-valid.yaml"
+    kept = LastValidConfig(source, copy, edit_check(copy))
+    original = copy.read_text()
+    edited = _settings(9001, shared_limits={"redis_url": "redis://127.0.0.1:1"})
+    check_settings(edited, build_policy)  # valid for a fresh start
+    write_settings(source, edited)
+    assert not kept.refresh() and copy.read_text() == original
+    write_settings(source, _settings(9002))  # a change a reload accepts still goes through
+    assert kept.refresh() and "9002" in copy.read_text()
 
 
 def test_a_worker_starts_from_the_kept_copy_while_the_file_is_invalid(

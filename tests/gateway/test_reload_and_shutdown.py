@@ -183,3 +183,8 @@ def test_a_reload_that_changes_the_limit_store_is_refused() -> None:
     assert app.runtime is running and app.admission.redis is None
     app.reload(settings(timeouts={"total_s": 60}))
     assert app.admission.max_request_s == 60
+    # The sockets are bound at start: a new server block waits for a restart, and the
+    # running settings (what /admin/config shows) keep the one that serves.
+    app.reload(settings(server={"port": 9999, "workers": 3}, timeouts={"total_s": 30}))
+    assert app.runtime.settings.server == settings().server
+    assert app.admission.max_request_s == 30

@@ -122,14 +122,30 @@ def test_two_workers_share_the_port_and_the_counters(ladder: Ladder, tmp_path: P
 def test_a_killed_worker_is_replaced_and_the_port_keeps_answering(
     ladder: Ladder, tmp_path: Path
 ) -> None:
-    path = write_settings(tmp_path / "tiergate.yaml", ladder.settings())
+    # The observer scrapes every second, so each worker soon writes its live-mode gauges.
+    observer = {"scrape_interval_s": 1, "plan_interval_s": 1}
+    path = write_settings(tmp_path / "tiergate.yaml", ladder.settings(observer=observer))
     metrics_dir = tmp_path / "metrics"
     process = GatewayProcess(path, env={"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)})
     process.argv_extra = ["--workers", "2"]
+
+    def live_gauge_files() -> set[str]:
+        return {f.name for f in metrics_dir.glob("gauge_live*_*.db")}
+
+    def both_write_live_gauges() -> None:
+        deadline = time.monotonic() + 20
+        while len(live_gauge_files()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(live_gauge_files()) >= 2
+
     with process as gw:
-        before = two_workers_then_kill_one(metrics_dir, lambda: None)
+        before = two_workers_then_kill_one(metrics_dir, both_write_live_gauges)
+        dead = min(before)
         with pytest.raises(ProcessLookupError):  # and the dead one was reaped
-            os.kill(min(before), 0)
+            os.kill(dead, 0)
+        # Its regime gauges no longer count in the merged exposition (marked dead before the
+        # replacement started).
+        assert not {name for name in live_gauge_files() if name.endswith(f"_{dead}.db")}
         for _ in range(20):
             with urllib.request.urlopen(f"{gw.url}/ready", timeout=10) as response:
                 assert response.status == 200

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.config import parse_settings
+from gateway.config import ConfigError, parse_settings
 from gateway.errors import AuthenticationError
 from gateway.tenants.registry import TenantRegistry, hash_key
 
@@ -68,3 +68,30 @@ def test_one_key_for_two_tenants_is_rejected() -> None:
 def test_keys_never_stored_in_plaintext() -> None:
     registry = TenantRegistry(settings([{"name": "t", "api_keys": ["sk-secret-value"]}]))
     assert "sk-secret-value" not in repr(registry.__dict__)
+
+
+@pytest.mark.parametrize(
+    ("tenant", "environ", "fragment"),
+    [
+        ({"api_keys": ["sha256:" + "z" * 64]}, {}, "'sha256:' followed by 64 hex digits"),
+        ({"api_keys": ["sha256:abc"]}, {}, "'sha256:' followed by 64 hex digits"),
+        ({"api_keys": [" "]}, {}, "an API key is empty"),
+        ({"api_keys_env": "NOT_SET_ANYWHERE"}, {}, "$NOT_SET_ANYWHERE, which is not set"),
+    ],
+)
+def test_a_key_that_cannot_serve_is_refused_naming_the_tenant(
+    tenant: dict[str, object], environ: dict[str, str], fragment: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        TenantRegistry(settings([{"name": "broken", **tenant}]), environ=environ)
+    assert "tenant broken" in str(caught.value) and fragment in str(caught.value)
+
+
+def test_an_empty_key_variable_is_a_tenant_with_no_keys_not_an_error() -> None:
+    registry = TenantRegistry(
+        settings([{"name": "off", "api_keys_env": "KEYS"}, {"name": "on", "api_keys": ["k"]}]),
+        environ={"KEYS": ""},
+    )
+    with pytest.raises(AuthenticationError):
+        registry.authenticate(b"Bearer ")
+    assert registry.authenticate(b"Bearer k").name == "on"
