@@ -132,7 +132,7 @@ def _rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     name = str(path)
     if path.is_dir():
         raise LabelDataError(name, "is a directory, not a label file")
-    if not path.is_file():
+    if not path.exists():  # a pipe (`<(zcat ...)`) or a device is read like a file
         raise LabelDataError(name, "no such file")
     opener = gzip.open if path.name.endswith(".gz") else open
     line_no = 0
@@ -148,6 +148,8 @@ def _rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                     row = json.loads(line)
                 except json.JSONDecodeError as exc:
                     raise LabelDataError(name, f"invalid JSON ({exc.msg})", line_no) from None
+                except (ValueError, RecursionError) as exc:  # a huge integer, deep nesting
+                    raise LabelDataError(name, f"invalid JSON ({exc})", line_no) from None
                 if not isinstance(row, dict):
                     raise LabelDataError(name, "a row must be a JSON object", line_no)
                 yield line_no, row

@@ -12,7 +12,8 @@ Fitting on labelled data: the router's calibrated risk `r = p_top - p_cheapest` 
 requests into two groups by exact one-dimensional 2-means (the split never looks at the
 labels, so eps and delta measured inside the groups are not selected to look good); p is the
 low-risk group's share, eps and delta the mean measured loss `correct_top - correct_cheapest`
-in each group (a negative mean loss counts as 0 in the formula). On the data it was fitted on,
+in each group (a negative mean loss counts as 0 in the formula; when the top tier is no more
+accurate than the cheapest overall, the predicted saving is 0). On the data it was fitted on,
 the kink policy (hard group up, easy group down) saves exactly dC* against the static split (it
 is a point of the router's curve, and the formula is that point's algebra), so the predicted
 saving gets a 95% bootstrap interval over requests instead, which is what says whether the
@@ -116,8 +117,19 @@ def pretest(
     boot = rng.multinomial(n, np.full(n, 1.0 / n), size=n_boot).astype(np.float64)
     kink_draws, max_draws = _curve_savings(boot, pair_c, risk, hard, dc)
     predicted_ci, measured_ci = _interval(kink_draws), _interval(max_draws)
+    if not np.isfinite(measured):  # no point of the curve at a static split's quality
+        measured_ci = (float("nan"), float("nan"))
+    top_gain = float(loss.mean()) if n else 0.0
+    verdict = "routing does not pay"
+    if top_gain <= 0.0:
+        # The cheapest tier is at least as accurate overall: there is nothing to buy by
+        # sending requests up, whatever the groups' losses (a negative eps clipped to 0 would
+        # otherwise predict a saving of p * dc).
+        predicted, predicted_ci = 0.0, (0.0, 0.0)
+        verdict += f" (the top tier is no more accurate than the cheapest: {top_gain:+.4f})"
     pays = predicted >= min_saving * dc and predicted_ci[0] > 0.0
-    verdict = "routing pays" if pays else "routing does not pay"
+    if pays:
+        verdict = "routing pays"
     message = (
         f"{verdict}: predicted saving {predicted:.4f} (95% CI {predicted_ci[0]:.4f} to "
         f"{predicted_ci[1]:.4f}), largest measured {measured:.4f} (95% CI {measured_ci[0]:.4f} "

@@ -161,7 +161,8 @@ def tune(
         )
     cost, quality = float(front.cost[pick]), float(front.quality[pick])
     bound = float(lower[pick])
-    if floor is not None:
+    # A floor out of reach within a budget leaves the budget's best quality, judged as such.
+    if floor is not None and (reachable or budget is None):
         # A uniform tier below the floor (none meets it within the budget) is no cost
         # benchmark: a routed policy that meets the floor beats it at any cost in the budget.
         baseline_meets = baseline.quality >= floor - _TOL
@@ -183,6 +184,8 @@ def tune(
             f"quality {quality:.4f} vs uniform {baseline.quality:.4f} within the budget; "
             f"paired lower bound of the difference {bound:+.4f}"
         )
+        if floor is not None:
+            judged = f"the floor {floor:.4f} is out of reach within the budget; {judged}"
     if not pays:
         message = (
             f"routing does not beat the uniform tier on validation ({judged}); "
@@ -198,8 +201,8 @@ def tune(
         expected_quality=quality,
         lam=float(front.lam[pick]),
         routing_pays=True,
-        # The routed policy meets the floor (when there is one) within the budget.
-        feasible=True,
+        # Whether the routed policy meets the floor (when there is one) within the budget.
+        feasible=reachable,
         floor=floor,
         budget=budget,
         baseline=baseline,

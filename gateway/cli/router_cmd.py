@@ -14,7 +14,10 @@ the commands, so other `tiergate` commands do not pay for them.
 from __future__ import annotations
 
 import math
+import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -124,6 +127,8 @@ def train(
             seed=seed,
         )
         _check_scorer(scorer)
+        _check_fraction("--alpha", alpha)
+        _check_out(out)
         labels = _load(data, tiers)
         ladder_costs, cost_source = _costs(labels.tiers, costs)
         scorer_labels = _load(score_data, score_tiers) if score_data else None
@@ -187,11 +192,6 @@ def train(
             data=report["data"],
             cross_validation=_summary(held_out),
         )
-        model.save(out)
-        if result_proba is not None:
-            from router_models.model_io import save_validation
-
-            save_validation(out, result_proba, labels.correct)
         card = render_card(
             CardFacts(
                 title=title or f"tiergate router: {scorer} over {', '.join(labels.tiers)}",
@@ -208,15 +208,23 @@ def train(
                 extra=_validation_note(len(labels)) if cv else {},
             )
         )
-        (out / "MODEL_CARD.md").write_text(card)
-        (out / "report.json").write_text(strict_dumps(report) + "\n")
+        with _staged(out) as stage:
+            model.save(stage)
+            if result_proba is not None:
+                from router_models.model_io import save_validation
+
+                save_validation(stage, result_proba, labels.correct)
+            (stage / "MODEL_CARD.md").write_text(card)
+            (stage / "report.json").write_text(strict_dumps(report) + "\n")
         summary = {
             "out": str(out),
             "tiers": list(labels.tiers),
             "rows": len(labels),
             "cross_validation": _summary(held_out),
         }
-        _emit(summary, json_out, f"wrote {out} ({len(labels)} rows, tiers {labels.tiers})")
+        _emit(
+            summary, json_out, f"wrote {out} ({len(labels)} rows, tiers {', '.join(labels.tiers)})"
+        )
 
 
 @app.command()
@@ -309,6 +317,10 @@ def tune(
             _fail("give --alpha, --budget or both")
         if budget is not None and not 0.0 < budget < math.inf:
             _fail(f"--budget is a mean relative cost per request, > 0; got {budget}")
+        if not 0.0 <= min_saving < 1.0:  # a negative one would accept a costlier policy
+            _fail(f"--min-saving is a share of the baseline's cost in [0, 1), got {min_saving}")
+        if alpha is not None:
+            _check_fraction("--alpha", alpha)
         labels = _load(data, tiers)
         ladder_costs, cost_source = _costs(labels.tiers, costs)
         router = _load_model(model, labels.tiers)
@@ -367,6 +379,48 @@ def _errors() -> Iterator[None]:
     except (RouterError, ValueError, OSError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+
+
+# What `train` writes into a model directory; anything else there is not ours to replace.
+_MODEL_DIR_FILES = ("model.json", "arrays.npz", "validation.npz", "MODEL_CARD.md", "report.json")
+
+
+def _check_out(out: Path) -> None:
+    """Refuses an --out that `train` would have to clobber or mix with other files."""
+    if out.exists() and not out.is_dir():
+        _fail(f"--out {out} is a file; give a directory")
+    if out.is_dir():
+        foreign = sorted(p.name for p in out.iterdir() if p.name not in _MODEL_DIR_FILES)
+        if foreign:
+            _fail(
+                f"--out {out} holds files that are not a router model's "
+                f"({', '.join(foreign[:5])}); give a new or empty directory, or an earlier "
+                "model's"
+            )
+
+
+@contextmanager
+def _staged(out: Path) -> Iterator[Path]:
+    """A scratch directory beside `out` that the model is written into, moved into place
+    file by file only once all of it is written: a failure leaves `out` as it was."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        yield stage
+        out.mkdir(exist_ok=True)
+        written = {p.name for p in stage.iterdir()}
+        for name in _MODEL_DIR_FILES:  # an earlier model's file this one has not
+            if name not in written:
+                (out / name).unlink(missing_ok=True)
+        for name in written:
+            os.replace(stage / name, out / name)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def _check_fraction(option: str, value: float) -> None:
+    if not (math.isfinite(value) and 0.0 <= value <= 1.0):
+        _fail(f"{option} must be a number in [0, 1], got {value}")
 
 
 def _fail(message: str) -> NoReturn:

@@ -357,6 +357,11 @@ def test_train_on_shadow_log_lines(data_file: Path, tmp_path: Path) -> None:
         (["--alpha", "0.9", "--budget", "-1"], "--budget"),  # was exit 0, "no routed policy fits"
         (["--alpha", "0.9", "--costs", "nvfp4=0.25,w4a16=0.5,bf16=inf"], "positive number"),
         (["--alpha", "0.9", "--costs", "nvfp4=0.25,w4a16=0.5,nvfp4=0.3,bf16=1"], "twice"),
+        # A negative least saving would accept a policy costlier than the uniform tier.
+        (["--alpha", "0.9", "--min-saving=-1"], "--min-saving"),
+        (["--alpha", "0.9", "--min-saving", "nan"], "--min-saving"),
+        (["--alpha", "nan"], "--alpha"),
+        (["--alpha", "1.5"], "--alpha"),
     ],
 )
 def test_tune_refuses_bad_budgets_and_costs(
@@ -390,3 +395,53 @@ def test_a_missing_notes_file_writes_no_model(data_file: Path, tmp_path: Path) -
     result = runner.invoke(app, argv)
     assert result.exit_code == 2
     assert not out.exists()  # model.json and arrays.npz were written before the error
+
+
+def test_train_refuses_a_bad_alpha_before_any_work(data_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "m"
+    argv = ["router", "train", "--data", str(data_file), "--tiers", TIERS, "--out", str(out),
+            "--alpha", "5"]  # fmt: skip
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 2 and "--alpha" in result.stderr, result.stderr
+    assert not out.exists()
+
+
+def test_train_writes_nothing_into_out_when_it_fails_late(
+    data_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The card is written last; a failure there leaves no model without its card."""
+    out = tmp_path / "m"
+    train = ["router", "train", "--data", str(data_file), "--tiers", TIERS, "--out", str(out)]
+
+    def broken_card(*args: object, **kwargs: object) -> str:
+        raise OSError("disk full")
+
+    monkeypatch.setattr("router_models.card.render_card", broken_card)
+    result = runner.invoke(app, train)
+    assert result.exit_code == 2 and "disk full" in result.stderr, result.stderr
+    assert not out.exists() and [p.name for p in tmp_path.iterdir()] == []
+    monkeypatch.undo()
+    assert runner.invoke(app, train).exit_code == 0  # an earlier model's directory is reused
+    assert runner.invoke(app, train).exit_code == 0
+    assert {p.name for p in out.iterdir()} == {
+        "model.json",
+        "arrays.npz",
+        "MODEL_CARD.md",
+        "report.json",
+    }
+
+
+@pytest.mark.parametrize("occupied", ["file", "foreign"])
+def test_train_refuses_an_out_it_would_clobber(
+    data_file: Path, tmp_path: Path, occupied: str
+) -> None:
+    out = tmp_path / "m"
+    if occupied == "file":
+        out.write_text("mine")
+    else:
+        out.mkdir()
+        (out / "notes.txt").write_text("mine")
+    argv = ["router", "train", "--data", str(data_file), "--tiers", TIERS, "--out", str(out)]
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 2 and f"--out {out}" in result.stderr, result.stderr
+    assert (out.read_text() if occupied == "file" else (out / "notes.txt").read_text()) == "mine"

@@ -42,6 +42,13 @@ def test_ladder_defaults_to_the_first_rows_order(tmp_path: Path) -> None:
     [
         ([json.dumps(GOOD), "{not json"], 2, "invalid JSON"),
         ([json.dumps(GOOD), "[1, 2]"], 2, "JSON object"),
+        # Beyond the parser's recursion limit, and an integer past Python's digit limit.
+        ([json.dumps(GOOD), "[" * 100_000 + "]" * 100_000], 2, "invalid JSON"),
+        (
+            [json.dumps(GOOD), json.dumps(GOOD)[:-1] + ', "n": ' + "1" * 5000 + "}"],
+            2,
+            "invalid JSON",
+        ),
         ([json.dumps({**GOOD, "correct": {"x": 1}})], 1, "tier(s) y missing"),
         ([json.dumps({**GOOD, "correct": {"x": 1.5, "y": 1}})], 1, "outside [0, 1]"),
         ([json.dumps({**GOOD, "correct": {"x": "yes", "y": 1}})], 1, "not a number"),
@@ -92,6 +99,9 @@ def test_empty_missing_and_corrupt_files(tmp_path: Path) -> None:
         load_labels([tmp_path / "none.jsonl"], ["x", "y"])
     with pytest.raises(LabelDataError, match="is a directory"):
         load_labels([tmp_path], ["x", "y"])
+    # A device or a pipe is read like a file: /dev/null is simply empty.
+    with pytest.raises(LabelDataError, match="empty file"):
+        load_labels([Path("/dev/null")], ["x", "y"])
     bad = tmp_path / "c.jsonl.gz"
     bad.write_bytes(b"not gzip at all")
     with pytest.raises(LabelDataError, match="cannot read"):

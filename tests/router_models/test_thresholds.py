@@ -60,6 +60,27 @@ def test_homogeneous_traffic_predicts_no_saving() -> None:
     assert test.predicted_saving < 0.02 and not test.routing_pays
 
 
+def test_a_top_tier_no_better_than_the_cheapest_predicts_no_saving() -> None:
+    """The easy group's loss is negative (the cheap tier wins there) and the hard group's
+    small: overall the top tier is worse. Clipping eps to 0 alone would predict p * dc."""
+    rng = np.random.default_rng(3)
+    n = 4000
+    easy = rng.random(n) < 0.6
+    top = (rng.random(n) < 0.55).astype(float)
+    cheap = top.copy()
+    flip = rng.random(n) < np.where(easy, 0.10, 0.02)
+    cheap[flip & easy & (top == 0)] = 1.0  # the cheap tier right where the top one is wrong
+    cheap[flip & ~easy & (top == 1)] = 0.0
+    proba = np.c_[np.where(easy, 0.9, 0.5), np.ones(n)]
+    correct = np.c_[cheap, top]
+    assert correct[:, 1].mean() < correct[:, 0].mean()
+    test = pretest(proba, correct, COSTS)
+    assert test.eps < 0.0 < test.delta
+    assert test.predicted_saving == 0.0 and test.predicted_ci == (0.0, 0.0)
+    assert not test.routing_pays and "no more accurate" in test.message
+    assert np.isnan(test.measured_saving) == np.isnan(test.measured_ci[0])
+
+
 def test_two_means_recovers_separated_groups() -> None:
     risk = np.r_[np.full(30, 0.1), np.full(70, 0.9)] + np.linspace(0, 0.01, 100)
     easy = split_two_types(risk)
@@ -128,6 +149,19 @@ def test_budget_maximises_quality_within_it() -> None:
     assert result.expected_cost <= 0.5
     assert result.routing_pays
     assert result.expected_quality > correct[:, 0].mean() + 0.05
+
+
+def test_a_floor_out_of_reach_within_the_budget_leaves_the_budgets_best() -> None:
+    """The floor (99% of the top tier) cannot be met for 0.5; the answer is then what the
+    budget alone gives, not the cheap tier: a floor asked for must not make things worse."""
+    proba, correct, _ = two_types(20_000, 0.7, 0.02, 0.5)
+    budget_only = tune(proba, correct, COSTS, budget=0.5)
+    both = tune(proba, correct, COSTS, alpha=0.99, budget=0.5)
+    assert budget_only.routing_pays and both.routing_pays, both.message
+    assert not both.feasible and "out of reach" in both.message
+    assert both.thresholds == budget_only.thresholds
+    assert both.expected_quality == budget_only.expected_quality
+    assert both.expected_quality < both.floor
 
 
 def test_floor_and_budget_route_when_no_uniform_tier_meets_both() -> None:
