@@ -45,6 +45,9 @@ class IsotonicMaps:
         for bx, by in zip(thresholds_x, thresholds_y, strict=True):
             if bx.ndim != 1 or bx.shape != by.shape or bx.size == 0:
                 raise ValueError("breakpoints must be non-empty 1-d arrays of equal length")
+            if not (np.all(np.isfinite(bx)) and np.all(np.isfinite(by))):
+                # NaN compares false, so it would pass the order checks below.
+                raise ValueError("breakpoints must be finite")
             if np.any(np.diff(bx) <= 0) or np.any(np.diff(by) > 0):
                 raise ValueError("breakpoints must have increasing x and non-increasing y")
             if by.min() < 0.0 or by.max() > 1.0:

@@ -66,6 +66,9 @@ class RouterModel:
         metadata: Mapping[str, Any] | None = None,
         _lean: LeanScorer | None = None,
     ) -> None:
+        # A str is a sequence too: "abc" would become the ladder a, b, c.
+        if isinstance(tiers, str) or not all(isinstance(t, str) and t for t in tiers):
+            raise ValueError("tiers must be a list of tier names")
         if len(tiers) < 2 or len(set(tiers)) != len(tiers):
             raise ValueError("a ladder needs at least two distinct tiers")
         if label not in LABELS:

@@ -214,7 +214,7 @@ def _build(document: dict[str, Any], arrays: dict[str, np.ndarray[Any, Any]]) ->
         n_labelled=[int(n) for n in cal_doc.get("n_labelled", [])],
     )
     return RouterModel(
-        tiers=[str(t) for t in document["tiers"]],
+        tiers=document["tiers"],  # RouterModel checks it is a list of names
         scorer=DeferredScorer(name, load_scorer),
         calibration=calibration,
         spec=spec,

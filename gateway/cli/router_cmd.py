@@ -283,8 +283,11 @@ def evaluate(
             label=used_label,
             alpha=alpha,
         )
-        if plot is not None and "note" not in doc:
-            _plot_from_doc(doc, plot)
+        if plot is not None:
+            if "note" in doc:  # no frontier to draw
+                typer.echo(f"note: --plot {plot} not written: {doc['note']}", err=True)
+            else:
+                _plot_from_doc(doc, plot)
         _emit(doc, json_out, _evaluate_text(doc))
 
 

@@ -342,12 +342,16 @@ def test_train_on_shadow_log_lines(data_file: Path, tmp_path: Path) -> None:
     ]
     proba = model.predict_proba(bodies[:50])
     assert (proba[:, 1] == proba[:, 0]).all()  # the unlabelled tier inherits the cheaper map
+    plot = tmp_path / "frontiers.png"
     result = runner.invoke(
-        app, ["router", "evaluate", "--model", str(out), "--data", str(shadow), "--json"]
-    )
+        app,
+        ["router", "evaluate", "--model", str(out), "--data", str(shadow), "--json",
+         "--plot", str(plot)],
+    )  # fmt: skip
     assert result.exit_code == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["n_complete"] == 0 and "need complete rows" in doc["note"]
+    assert f"--plot {plot} not written" in result.stderr and not plot.exists()
     assert doc["per_tier"]["nvfp4"]["auc"] > 0.6
 
 

@@ -166,8 +166,17 @@ def test_inconsistent_model_files_are_refused_at_load(
         inner = np.flatnonzero(~arrays["scorer__tree_is_leaf"])
         arrays["scorer__tree_feature"][inner[0]] = 999
 
+    def ladder_as_a_string(doc: dict[str, Any]) -> None:
+        doc["tiers"] = "abc"
+
+    def nan_breakpoint(arrays: dict[str, Any]) -> None:
+        arrays["calibration__y_0"] = arrays["calibration__y_0"].copy()
+        arrays["calibration__y_0"][0] = np.nan
+
     cases = [
         (linear_model, bits, None, "buckets"),
+        (linear_model, ladder_as_a_string, None, "list of tier names"),
+        (linear_model, None, nan_breakpoint, "finite"),
         (linear_model, None, short_coef, "buckets"),
         (gbdt_model, None, self_loop, "children"),
         (gbdt_model, None, far_feature, "features out of range"),
