@@ -248,7 +248,11 @@ def serve_workers(config_path: Path, host: str, port: int, workers: int) -> None
     from gateway.scratch import remove_orphaned_scratch, scratch_dir
     from gateway.workers import WorkerSupervisor
 
-    os.environ["TIERGATE_CONFIG"] = str(config_path.resolve())
+    # Absolute, not resolved: a Kubernetes ConfigMap file is a symlink through `..data`,
+    # which an update points at a new directory (the old one is deleted), so the resolved
+    # path of today is gone after the next edit.
+    source = config_path.absolute()
+    os.environ["TIERGATE_CONFIG"] = str(source)
     remove_orphaned_scratch()
     with contextlib.ExitStack() as scratch:
         if not clear_multiprocess_dir():
@@ -256,7 +260,7 @@ def serve_workers(config_path: Path, host: str, port: int, workers: int) -> None
             metrics = scratch.enter_context(scratch_dir("metrics"))
             os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics)
         copy = scratch.enter_context(scratch_dir("config")) / "last-valid.yaml"
-        kept = LastValidConfig(config_path.resolve(), copy, edit_check(copy))
+        kept = LastValidConfig(source, copy, edit_check(copy))
         os.environ[LAST_VALID_CONFIG_ENV] = str(kept.copy)
         # Workers end with the supervisor, even a SIGKILLed one (`die_with_parent`), instead
         # of serving on as orphans that hold the port.

@@ -44,14 +44,15 @@ def _http_check(url: str, start_period: str) -> dict[str, Any]:
     }
 
 
-def _gateway(target: Target, environment: dict[str, str]) -> dict[str, Any]:
+def _gateway(target: Target, environment: dict[str, str], bind: str = "") -> dict[str, Any]:
+    """`bind`: the host address the port is published on (empty: every interface)."""
     return {
         "build": BUILD,
         "image": images.GATEWAY_LOCAL,
         "command": GATEWAY_COMMAND,
         "environment": environment,
         "volumes": [CONFIG_MOUNT],
-        "ports": [f"{PORT}:{PORT}"],
+        "ports": [f"{bind}:{PORT}:{PORT}" if bind else f"{PORT}:{PORT}"],
         "depends_on": [tier_host(t.name) for t in target.tiers],
         "healthcheck": _http_check(f"http://127.0.0.1:{PORT}/ready", "30s"),
         "restart": "unless-stopped",
@@ -187,6 +188,8 @@ def cpu_compose(plan: DeployPlan) -> dict[str, Any]:
             ADMIN_TOKEN_ENV: f"${{{ADMIN_TOKEN_ENV}:-}}",
             ENGINE_KEY_ENV: ENGINE_KEY,
         },
+        # Loopback only: this profile's key is committed in the repository.
+        bind="127.0.0.1",
     )
     services.update(
         _monitoring(

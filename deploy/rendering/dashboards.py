@@ -59,7 +59,11 @@ TRAFFIC: Final = Dashboard(
             "Requests per second by serving tier",
             "Answered requests by the tier that served them; _none is refused or failed "
             "before any tier answered.",
-            (Query(_sum("tier", _rate("tiergate_requests_total", TENANT)), "{{tier}}"),),
+            (
+                Query(
+                    _sum("tier", _rate("tiergate_requests_total", f"{TENANT}, {TIER}")), "{{tier}}"
+                ),
+            ),
             unit="reqps",
             stack=True,
         ),
@@ -220,7 +224,7 @@ TRAFFIC: Final = Dashboard(
                     "{{tier}} stream errors",
                 ),
                 Query(
-                    _sum("tier", _rate("tiergate_client_disconnects_total", TENANT)),
+                    _sum("tier", _rate("tiergate_client_disconnects_total", f"{TENANT}, {TIER}")),
                     "{{tier}} client disconnects",
                 ),
             ),
@@ -646,17 +650,21 @@ REGIME: Final = Dashboard(
             ),
         ),
         Panel(
-            "KV-cache usage and preemptions (vLLM)",
-            "Near 1, or any preemption, means the tier runs at its capacity knee.",
+            "KV-cache usage (vLLM)",
+            "Near 1 means the tier runs at its capacity knee.",
+            (Query(f"max by (tier) (vllm:kv_cache_usage_perc{{{TIER}}})", "{{tier}} KV usage"),),
+            unit="percentunit",
+        ),
+        Panel(
+            "Preemptions (vLLM)",
+            "Any preemption means the KV cache is full: the tier is past its capacity knee.",
             (
-                Query(f"max by (tier) (vllm:kv_cache_usage_perc{{{TIER}}})", "{{tier}} KV usage"),
                 Query(
                     _sum("tier", _rate("vllm:num_preemptions_total", TIER)),
                     "{{tier}} preemptions/s",
                 ),
             ),
-            unit="percentunit",
-            width=24,
+            unit="ops",
         ),
         Row("Recommended against running flags"),
         Panel(

@@ -81,7 +81,8 @@ def gateway_deployment() -> dict[str, Any]:
         "kind": "Deployment",
         "metadata": _meta("tiergate", GATEWAY_SELECTOR),
         "spec": {
-            "replicas": 2,
+            # No `replicas`: the HPA owns the count (min 2), and a count here would reset
+            # it on every `kubectl apply`.
             "revisionHistoryLimit": 5,
             "selector": {"matchLabels": GATEWAY_SELECTOR},
             "strategy": {
@@ -279,9 +280,11 @@ def vllm_deployment(tier: TierSpec, target: Target) -> dict[str, Any]:
             "limits": {"memory": "128Gi", "nvidia.com/gpu": "1"},
         },
         # Download and load take minutes: the startup probe allows 30 of them.
-        "startupProbe": _probe("/health", 10, 180),
-        "readinessProbe": _probe("/health", 10, 3),
-        "livenessProbe": _probe("/health", 20, 3),
+        # 5 s, not Kubernetes' 1 s default: an engine busy with a thousand streams can be
+        # slow to answer /health, and a liveness restart costs minutes of weight loading.
+        "startupProbe": _probe("/health", 10, 180, timeoutSeconds=5),
+        "readinessProbe": _probe("/health", 10, 3, timeoutSeconds=5),
+        "livenessProbe": _probe("/health", 20, 3, timeoutSeconds=5),
         "volumeMounts": [
             {"name": "dshm", "mountPath": "/dev/shm"},
             {"name": "models", "mountPath": "/models"},

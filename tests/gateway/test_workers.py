@@ -335,3 +335,70 @@ def test_a_single_process_restart_does_not_report_the_last_runs_counters(
         assert requests_total(scrape(gw.url)) == 1
     with GatewayProcess(path, env=env) as gw:
         assert requests_total(scrape(gw.url)) == 0
+
+
+def _configmap_update(folder: Path, data: dict[str, object], version: int) -> None:
+    """What the kubelet does to a ConfigMap volume: the file is a link through `..data` to a
+    timestamped folder; an update writes a new folder, swaps `..data` and deletes the old."""
+    import yaml
+
+    new = folder / f"..v{version}"
+    new.mkdir()
+    (new / "tiergate.yaml").write_text(yaml.safe_dump(data))
+    swap = folder / "..data_tmp"
+    swap.symlink_to(new.name)
+    os.replace(swap, folder / "..data")
+    if version:
+        import shutil
+
+        shutil.rmtree(folder / f"..v{version - 1}")
+    else:
+        (folder / "tiergate.yaml").symlink_to("..data/tiergate.yaml")
+
+
+@pytest.mark.slow
+def test_workers_follow_a_configmap_update_through_its_symlinks(
+    ladder: Ladder, tmp_path: Path
+) -> None:
+    """The supervisor and its workers watch the path as given: resolved once, it named a
+    folder the next ConfigMap update deletes, so every later edit went unseen and a
+    replacement worker started from the last valid copy."""
+    folder = tmp_path / "configmap"
+    folder.mkdir()
+    data = ladder.settings().model_dump(mode="json")
+    data["tenants"] = [{"name": "default", "api_keys": [API_KEY]}]
+    _configmap_update(folder, data, 0)
+    metrics_dir = tmp_path / "metrics"
+    process = GatewayProcess(
+        folder / "tiergate.yaml", env={"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)}
+    )
+    process.argv_extra = ["--workers", "2"]
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+
+    def all_accept(key: str) -> bool:
+        deadline = time.monotonic() + 15
+        ok = 0
+        while ok < 20 and time.monotonic() < deadline:
+            reply = send("POST", f"{process.url}/v1/chat/completions", chat, key=key)
+            ok = ok + 1 if reply.status == 200 else 0
+            time.sleep(0.05)
+        return ok == 20
+
+    with process:
+        deadline = time.monotonic() + 20
+        while len(worker_pids(metrics_dir)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        data["tenants"] = [{"name": "default", "api_keys": [API_KEY, "sk-updated"]}]
+        _configmap_update(folder, data, 1)
+        assert all_accept("sk-updated")  # both workers' file watches saw the new folder
+        data["tenants"] = [{"name": "default", "api_keys": ["sk-second"]}]
+        _configmap_update(folder, data, 2)
+        assert all_accept("sk-second")
+        time.sleep(1.5)  # the supervisor's watch copies it as the last valid configuration
+        before = worker_pids(metrics_dir)
+        os.kill(min(before), signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while not worker_pids(metrics_dir) - before and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert worker_pids(metrics_dir) - before  # a replacement started, on the new keys
+        assert all_accept("sk-second")
