@@ -35,6 +35,7 @@ class SimSpec:
     served_model_name: str
     host: str = "127.0.0.1"
     extra_args: tuple[str, ...] = ()
+    hardware: str | None = None  # the cost-model preset the simulator times itself on
     # The tier's key: the simulator then refuses /v1 calls without it, as a keyed vLLM does.
     # It travels in the environment (SIM_API_KEY_ENV), never on a command line `ps` shows.
     api_key: str | None = field(default=None, repr=False)
@@ -53,14 +54,20 @@ class SimSpec:
             str(self.port),
             "--served-model-name",
             self.served_model_name,
-            *self.extra_args,
+            *(("--hardware", self.hardware) if self.hardware else ()),
+            *self.extra_args,  # after: an explicit --hardware among them wins
         ]
 
 
 def local_sim_specs(settings: Settings, extra_args: Sequence[str] = ()) -> list[SimSpec]:
     """A simulator for every http tier endpoint that points at this machine, expecting the
     tier's key if it has one (ConfigError when that key cannot be resolved). Simulators
-    speak plain HTTP: an https endpoint is left to whatever serves it."""
+    speak plain HTTP: an https endpoint is left to whatever serves it. They simulate the
+    GPU the planner plans for (its preset), so the planner's knee is the engines' own."""
+    from gateway.planner.presets import HARDWARE_PRESETS
+
+    planned = settings.planner.hardware.name.lower()
+    hardware = planned if planned in HARDWARE_PRESETS else None
     specs = []
     for tier in settings.tiers:
         api_key = tier_api_key(tier)
@@ -73,6 +80,7 @@ def local_sim_specs(settings: Settings, extra_args: Sequence[str] = ()) -> list[
                         served_model_name=tier.served_model_name or settings.model,
                         host=endpoint.host,
                         extra_args=tuple(extra_args),
+                        hardware=hardware,
                         api_key=api_key,
                     )
                 )

@@ -155,15 +155,16 @@ class GatewayMetrics:
         # no longer counts).
         self.regime_prefix_share = Gauge(
             "tiergate_regime_prefix_share",
-            "Prefix-share rate rho per tier (source: replay_unbounded, replay_lru, engine).",
+            "Prefix-share rate rho per tier (source: replay_unbounded, replay_lru, engine); "
+            "the last window that measured it.",
             ["tier", "source"],
             registry=registry,
             multiprocess_mode="livemax",
         )
         self.regime_repetitiveness = Gauge(
             "tiergate_regime_repetitiveness",
-            "Repetitiveness r (i.i.d.-equivalent n-gram acceptance) per tier "
-            "(source: replay, engine).",
+            "Repetitiveness r (i.i.d.-equivalent n-gram acceptance at reference precision) "
+            "per tier (source: replay, engine); the last window that measured it.",
             ["tier", "source"],
             registry=registry,
             multiprocess_mode="livemax",
@@ -202,8 +203,8 @@ class GatewayMetrics:
         self.shadow_requests = Counter(
             "tiergate_shadow_requests",
             "Shadow replays on the top tier by tenant, tier and outcome "
-            "(labelled, skipped_saturated, skipped_budget, skipped_tier_not_allowed, "
-            "skipped_echo, failed, not_deterministic).",
+            "(labelled, skipped_saturated, skipped_budget, skipped_queue_full, "
+            "skipped_tier_not_allowed, skipped_echo, failed, not_deterministic).",
             ["tenant", "tier", "outcome"],
             registry=registry,
         )

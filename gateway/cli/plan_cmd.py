@@ -138,7 +138,8 @@ class GatewayTier:
 def tier_regimes_from_gateway(doc: dict[str, Any]) -> dict[str, GatewayTier]:
     """Per tier: its precision, the regime to plan for and where rho and r came from. rho
     prefers the engine counters (exact, APC on), then the LRU replay; r prefers the live
-    spec-decode counters (speculation on), then the replayed r_iid. An optional
+    spec-decode counters (speculation on), then the replayed r corrected to reference
+    precision (r_reference = r_iid / eta). An optional
     `"current": {"speculative", "prefix_caching"}` tells what the tier runs with now."""
     from gateway.observer.regime import per_engine_concurrency
     from gateway.planner.planner import Regime, TierConfig
@@ -170,7 +171,9 @@ def tier_regimes_from_gateway(doc: dict[str, Any]) -> dict[str, GatewayTier]:
             out[str(name)] = GatewayTier(precision, None, "no traffic in the window", current)
             continue
         rho_v = _first(rho.get("engine"), rho.get("lru"), rho.get("unbounded"))
-        r_v = _first(r.get("r_engine"), r.get("r_iid"))
+        # r_reference: the replay corrected for the tier's erosion; r_iid from gateways
+        # that predate it (an underestimate by eta on a non-reference tier).
+        r_v = _first(r.get("r_engine"), r.get("r_reference"), r.get("r_iid"))
         if rho_v is None or r_v is None:
             # Planning on a default of 0 would turn prefix caching or speculation off on no
             # evidence at all: such a tier waits until its sampled requests say something.

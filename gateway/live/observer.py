@@ -143,7 +143,7 @@ def regime_of(report: RegimeReport) -> Regime | None:
     if c is None or c <= 0:
         return None
     rho = report.rho.engine if report.rho.engine is not None else report.rho.lru
-    r = report.r.r_engine if report.r.r_engine is not None else report.r.r_iid
+    r = report.r.r_engine if report.r.r_engine is not None else report.r.r_reference
     # Unmeasured (no sampled request, no engine counter): a stand-in of 0 that the planner
     # knows is one, so the flag it decides is not advised on it.
     return Regime(
@@ -412,6 +412,10 @@ class LiveObserver:
         regime = regime_of(report)
         if regime is None:
             state.note = "no traffic in the window"
+            # No regime to judge the running flags against: no drift to alert on (the last
+            # advice stays in `flag_recommended` and /admin/plan).
+            for flag in FLAGS:
+                self.metrics.flag_drift.labels(name, flag).set(0)
             return
         running_config = state.running.config(
             state.tier.settings.precision, assumed=state.planner.current
@@ -453,6 +457,9 @@ class LiveObserver:
                 metrics.flag_drift.labels(name, flag).set(1 if actual != wanted else 0)
 
     def _export_regime(self, tier: str, report: RegimeReport) -> None:
+        """The window's regime. A figure the window has no data for keeps its last value
+        (NaN would poison the max and sum merged over `--workers`): the gauges read "last
+        measured"; /admin/regime shows what the window holds."""
         metrics = self.metrics
         conc = report.concurrency
         for stat, value in (("mean", conc.mean), ("p50", conc.p50), ("p95", conc.p95)):
@@ -465,7 +472,8 @@ class LiveObserver:
         ):
             if value is not None:
                 metrics.regime_prefix_share.labels(tier, source).set(value)
-        for source, value in (("replay", report.r.r_iid), ("engine", report.r.r_engine)):
+        # The replay's r at reference precision, comparable with the engine's.
+        for source, value in (("replay", report.r.r_reference), ("engine", report.r.r_engine)):
             if value is not None:
                 metrics.regime_repetitiveness.labels(tier, source).set(value)
 

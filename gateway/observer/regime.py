@@ -185,7 +185,7 @@ class RhoSummary:
 
 @dataclass(frozen=True)
 class RSummary:
-    r_iid: float | None
+    r_iid: float | None  # replayed on the served tier's completions: eta(p) * r
     r_pos: float | None
     r_round: float | None
     A_sim: float | None
@@ -193,6 +193,8 @@ class RSummary:
     rounds: int
     a_obs: float | None
     r_engine: float | None
+    # r_iid / eta(p): the reference-precision r the cost model defines, as r_engine is.
+    r_reference: float | None = None
 
 
 @dataclass(frozen=True)
@@ -423,8 +425,9 @@ class RegimeTracker:
         r_engine = None
         if a_obs is not None and eta > 0:
             r_engine = min(1.0, inverse_accepted_per_round(a_obs, k) / eta)
+        r_iid = s["r_iid"] if s else None
         return RSummary(
-            r_iid=s["r_iid"] if s else None,
+            r_iid=r_iid,
             r_pos=s["r_pos"] if s else None,
             r_round=s["r_round"] if s else None,
             A_sim=s["A_sim"] if s else None,
@@ -432,6 +435,9 @@ class RegimeTracker:
             rounds=ngram.rounds,
             a_obs=a_obs,
             r_engine=r_engine,
+            # The sampled completions came from this tier, whose acceptance is eta * r (c.1);
+            # undone here, as for the engine's counters, so both sources plan on one r.
+            r_reference=min(1.0, r_iid / eta) if r_iid is not None and eta > 0 else None,
         )
 
     def _tier(self, tier: str) -> _Tier:

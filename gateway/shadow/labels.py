@@ -2,10 +2,13 @@
 
 One line per label, as MANIFEST.md defines the format (`tiergate router train --data`
 reads it directly):
-    {"id", "messages" | "prompt" (only where the tenant allows raw text),
-     "correct": {"<cheaper tier>": 0|1, "<top tier>": 1}, "source": "shadow:<tenant>",
-     "tenant", "at", "judge", "p"}
-Without raw text a line carries the request's surface features instead (`features`).
+    {"id", "correct": {"<tier>": null, ..., "<judged tier>": 0|1, "<top tier>": 1},
+     "source": "shadow:<tenant>", "shadow": {"tenant", "at", "judge", "p"},
+     "request": {...} (only where the tenant allows raw text) | "features": {...}}
+`correct` is relative: 1 for the judged tier means it agreed with the top tier (the
+reference), so the top tier is 1 by definition; these lines train the default relative
+label, not `--label absolute`. Without raw text a line carries the request's surface
+features instead of the request.
 """
 
 from __future__ import annotations

@@ -177,6 +177,9 @@ class ShadowSampler:
         )
         if label_log is not self._log and self._log is not None:
             self._log.close()
+        if label_log is not None:  # the open log kept by a reload takes the new limits
+            label_log.max_bytes = shadow.label_log_max_bytes
+            label_log.backups = shadow.label_log_backups
         self._log = label_log
 
     @property
@@ -222,7 +225,7 @@ class ShadowSampler:
             return
         # Bounded here, by the current settings, so that a reload can change the bound.
         if self._queue.qsize() >= self.settings.queue_size:
-            self._count(exchange, "skipped_budget")
+            self._count(exchange, "skipped_queue_full")
             return
         self._queue.put_nowait(exchange)
 

@@ -232,3 +232,24 @@ def test_out_of_range_options_are_usage_errors(argv: list[str]) -> None:
     done = run_cli(argv)
     assert done.returncode == 2, done.stderr
     assert "Invalid value for" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(("planner", "simulated"), [({}, "b200"), ({"hardware": "h200"}, "h200")])
+def test_local_simulators_run_on_the_gpu_the_planner_plans_for(
+    planner: dict[str, str], simulated: str
+) -> None:
+    """The planner's knee (K from its hardware) is the engines' own: a b200 plan over h200
+    simulators would recommend flags for a knee the tiers do not have."""
+    from gateway.config import default_settings
+    from gateway.launcher import local_sim_specs
+    from gateway.planner.params import Settings as PlannerSettings
+
+    settings = default_settings().model_copy(
+        update={"planner": PlannerSettings.model_validate(planner)}
+    )
+    for spec in local_sim_specs(settings):
+        argv = spec.argv()
+        assert argv[argv.index("--hardware") + 1] == simulated
+    # An explicit --hardware among the extra simulator arguments comes later, and wins.
+    (first, *_) = local_sim_specs(settings, ["--hardware", "h200"])
+    assert first.argv()[-2:] == ["--hardware", "h200"]

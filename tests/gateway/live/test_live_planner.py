@@ -38,7 +38,7 @@ def report(rho: float | None, r: float | None) -> RegimeReport:
         window_s=60.0,
         concurrency=ConcurrencySummary(32.0, None, None, None, None),
         rho=RhoSummary(None, rho, None, 0, None),
-        r=RSummary(r, None, None, None, None, 0, None, None),
+        r=RSummary(r, None, None, None, None, 0, None, None, r_reference=r),
         l_in=None,
         l_out=None,
     )
@@ -240,7 +240,7 @@ def busy(_tracker: RegimeTracker, name: str, _now: float) -> RegimeReport:
         window_s=300.0,
         concurrency=ConcurrencySummary(32.0, None, None, None, None),
         rho=RhoSummary(None, 0.5, None, 1000, None),
-        r=RSummary(0.5, None, None, None, None, 100, None, None),
+        r=RSummary(0.5, None, None, None, None, 100, None, None, r_reference=0.5),
         l_in=None,
         l_out=None,
     )
@@ -348,3 +348,30 @@ def test_scrapes_are_diffed_per_replica_and_c_is_per_engine(
     assert doc["concurrency"]["endpoints"] == 2
     observer.plan_once()
     assert observer.plan_view()["nv"]["regime"]["concurrency"] == pytest.approx(10.0)
+
+
+def test_a_tier_gone_idle_stops_reporting_drift(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Drift is judged at the observed regime: once the window holds no traffic there is
+    none, so the alert on it must not keep firing on the last busy window's advice."""
+    loop = Loop(monkeypatch)
+    for _ in range(3):
+        loop.plan(None, 0.9)
+    assert loop.gauge("tiergate_flag_drift", "speculative_decoding") == 1.0
+    loop.regime = RegimeReport(
+        tier=TIER,
+        tenant="*",
+        precision=TIER,
+        now=0.0,
+        window_s=60.0,
+        concurrency=ConcurrencySummary(None, None, None, None, None),
+        rho=RhoSummary(None, None, None, 0, None),
+        r=RSummary(None, None, None, None, None, 0, None, None),
+        l_in=None,
+        l_out=None,
+    )
+    loop.now += 60.0
+    loop.observer.plan_once()
+    assert loop.gauge("tiergate_flag_drift", "speculative_decoding") == 0.0
+    assert loop.gauge("tiergate_flag_drift", "prefix_caching") == 0.0
+    assert loop.gauge("tiergate_flag_recommended", "speculative_decoding") == 1.0  # advice kept
+    assert loop.observer.plan_view()[TIER]["note"] == "no traffic in the window"

@@ -10,6 +10,7 @@ import pytest
 
 from gateway.live.observer import first_prompt, flags_from_args, regime_of
 from gateway.observer.regime import ConcurrencySummary, RegimeReport, RhoSummary, RSummary
+from gateway.planner.params import DEFAULT_ETA
 from tests.helpers import MODEL, GatewayThread, Ladder, Sim, free_port, send
 
 ADMIN = "observer-admin"
@@ -39,7 +40,7 @@ def report(
         window_s=60.0,
         concurrency=ConcurrencySummary(c_mean, None, None, None, c_engine),
         rho=RhoSummary(None, rho_lru, rho_engine, 0, None),
-        r=RSummary(r_iid, None, None, None, None, 0, None, r_engine),
+        r=RSummary(r_iid, None, None, None, None, 0, None, r_engine, r_reference=r_iid),
         l_in=None,
         l_out=None,
     )
@@ -150,6 +151,13 @@ def test_regime_plan_and_drift(observed: tuple[Ladder, GatewayThread]) -> None:
     w4a16 = tiers["w4a16"]["r"]
     assert w4a16["r_iid"] > tiers["bf16"]["r"]["r_iid"]
     assert w4a16["r_engine"] is not None
+    # The replay read w4a16's own completions (acceptance eta * r); corrected to reference
+    # precision as the engine's counters are, the two sources agree (uncorrected, they
+    # differed by 1 / eta and the plan flipped as speculation came on).
+    eta = DEFAULT_ETA["w4a16"]
+    assert w4a16["r_reference"] == pytest.approx(min(1.0, w4a16["r_iid"] / eta))
+    assert abs(w4a16["r_reference"] - w4a16["r_engine"]) < abs(w4a16["r_iid"] - w4a16["r_engine"])
+    assert tiers["bf16"]["r"]["r_reference"] == pytest.approx(tiers["bf16"]["r"]["r_iid"])
     plan = admin(gw, "/admin/plan?refresh=1")["tiers"]
     assert plan["nvfp4"]["running"] == {"speculative": False, "prefix_caching": True}
     assert plan["w4a16"]["running"] == {"speculative": True, "prefix_caching": False}

@@ -173,7 +173,7 @@ def test_a_reload_applies_new_queue_and_concurrency_bounds(
         await asyncio.gather(*tasks, return_exceptions=True)
 
     asyncio.run(scenario())
-    assert harness.count("nvfp4", "skipped_budget") == 1
+    assert harness.count("nvfp4", "skipped_queue_full") == 1  # not the budget: the queue
 
 
 def test_kept_text_lines_keep_every_field_the_features_read() -> None:

@@ -162,3 +162,25 @@ def test_a_reload_with_an_unwritable_label_log_changes_nothing(
         assert gw.app.shadow.label_log_for(gw.app.runtime.settings) is runtime.label_log
         assert runtime.label_log is not None and runtime.label_log.path == log
         chat(gw, "hello")  # the old key still serves
+
+
+def test_a_reload_applies_new_label_log_limits_to_the_open_log(
+    ladder: Ladder, tmp_path: Path
+) -> None:
+    from gateway.config import parse_settings
+
+    log = tmp_path / "labels.jsonl"
+    shadow = {"rate": 0.5, "label_log": str(log), "label_log_max_bytes": 2_000_000}
+    data = ladder.settings(shadow=shadow).model_dump(mode="json")
+    data["tenants"][0]["api_keys"] = [API_KEY]
+    with GatewayThread(parse_settings(data), policy_factory=fixed_policy(0)) as gw:
+        opened = gw.app.runtime.label_log
+        assert opened is not None
+        data["shadow"] |= {"label_log_max_bytes": 4096, "label_log_backups": 1}
+        gw.app.reload(parse_settings(data))
+        assert gw.app.runtime.label_log is opened  # the same file stays open
+        for i in range(60):  # ~100 bytes a line: past 4096 the log rotates
+            opened.append({"id": f"r{i}", "pad": "x" * 80})
+        assert log.stat().st_size <= 4096
+        assert (tmp_path / "labels.jsonl.1").exists()
+        assert not (tmp_path / "labels.jsonl.2").exists()  # one backup, as reloaded
