@@ -40,7 +40,8 @@ class GatewayMetrics:
         self._children: dict[tuple[Any, ...], Any] = {}
         self.requests = Counter(
             "tiergate_requests",
-            "Requests answered, by tenant, serving tier, endpoint kind and HTTP status.",
+            "Requests answered, by tenant, serving tier, endpoint kind and HTTP status "
+            "(499: the client left before the answer ended, a stream included).",
             ["tenant", "tier", "endpoint", "status"],
             registry=registry,
         )
@@ -334,14 +335,14 @@ class GatewayMetrics:
                 # out, circuit open, saturated).
                 first = next((a.outcome for a in attempts if a.tier == decided_at), "unavailable")
                 add(self.escalations, (tenant, decided, tier, first), n)
+        if client_disconnected:  # a JSON request left waiting has no serving tier yet
+            add(self.client_disconnects, (tenant, tier), n)
         if served is None:
             return
         if agg.ttft.count:
             agg.ttft.flush_into(self._child(self.ttft, tenant, tier))
         if error_after_first_byte:
             add(self.stream_errors, (tenant, tier), n)
-        if client_disconnected:
-            add(self.client_disconnects, (tenant, tier), n)
         tokens = agg.prompt_tokens + agg.completion_tokens
         if tokens:
             add(self.prompt_tokens, (tenant, tier), agg.prompt_tokens)

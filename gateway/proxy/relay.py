@@ -104,20 +104,29 @@ async def relay_stream(exchange: Exchange, response: UpstreamResponse) -> None:
                     exchange.captured.append(events)
                 await channel.body(events, more=True)
             if channel.disconnected:
-                record.client_disconnected = True
+                _client_left(record)
                 response.abort()
                 return
-        tail = buffer.flush()
+        tail = buffer.flush()  # an upstream that ended without a blank line
+        if tail and (_USAGE_MARKERS[0] in tail or _USAGE_MARKERS[1] in tail):
+            tail = _take_usage(tail, exchange.strip_usage, record)
         if tail:
             await channel.body(rewrite(tail), more=True)
         await channel.body(b"", more=False)
     except UpstreamFailure as exc:
-        record.error_after_first_byte = True
-        if channel.disconnected:
-            record.client_disconnected = True
+        if channel.disconnected:  # the client left (and the upstream was aborted for it)
+            _client_left(record)
             return
+        record.error_after_first_byte = True
         failure = UpstreamError(f"The upstream stream failed after the first byte: {exc}")
         await channel.body(error_event(failure), more=False)
+
+
+def _client_left(record: RequestRecord) -> None:
+    """A stream whose client left: counted as a departure (499, as a JSON request left
+    waiting is), not as a 200 and not as a stream that failed."""
+    record.client_disconnected = True
+    record.status = 499
 
 
 def _take_usage(events: bytes, strip_usage: bool, record: RequestRecord) -> bytes:

@@ -83,18 +83,30 @@ class SSEBuffer:
         if self._pending:
             data = self._pending + data
             self._pending = b""
+        held = b""
+        if b"\r" in data:  # one memchr; JSON escapes CR, so a raw one ends a line
+            if data.endswith(b"\r"):  # maybe half a CRLF: decided by the next read
+                data, held = data[:-1], b"\r"
+            data = _lf_lines(data)
         if data.endswith(_EVENT_END):
+            self._pending = held
             return data
         cut = data.rfind(_EVENT_END)
         if cut < 0:
-            self._pending = data
+            self._pending = data + held
             return b""
-        self._pending = data[cut + 2 :]
+        self._pending = data[cut + 2 :] + held
         return data[: cut + 2]
 
     def flush(self) -> bytes:
         data, self._pending = self._pending, b""
-        return data
+        return _lf_lines(data) if b"\r" in data else data
+
+
+def _lf_lines(data: bytes) -> bytes:
+    """SSE lines may end in CRLF, LF or CR; relayed, they all end in LF (vLLM's framing),
+    so events are cut, and usage found, the same way whatever the upstream framed them with."""
+    return data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
 
 
 def split_usage_event(events: bytes) -> tuple[bytes, bytes]:

@@ -388,6 +388,9 @@ def test_a_client_that_leaves_while_queued_is_never_sent_upstream(fault_ladder: 
         assert nvfp4.stats()["requests"] - before == 1
         endpoint = gw.app.runtime.tiers[0].endpoints[0]
         assert endpoint.inflight == 0 and gw.app.admission.inflight["default"] == 0
+        # Counted as a departure although no tier served it.
+        left = {"tenant": "default", "tier": "_none"}
+        assert gw.settled_metric("tiergate_client_disconnects_total", left, 1) == 1
 
 
 def test_a_slot_freed_by_a_request_from_before_a_reload_wakes_the_queue(

@@ -362,6 +362,13 @@ def test_client_disconnect_cancels_upstream(ladder: Ladder) -> None:
             assert stats["aborted"] == 1
             assert stats["running"] == 0
             assert stats["generation_tokens"] < 2000
+            # Counted once, as a departure: not as a 200, not as a stream that failed.
+            labels = {"tenant": "default", "tier": "bf16"}
+            assert running.settled_metric("tiergate_client_disconnects_total", labels, 1) == 1
+            assert running.metric("tiergate_stream_errors_total", labels) == 0
+            requests = {**labels, "endpoint": "chat"}
+            assert running.metric("tiergate_requests_total", {**requests, "status": "499"}) == 1
+            assert running.metric("tiergate_requests_total", {**requests, "status": "200"}) == 0
     finally:
         slow.stop()
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 import itertools
 
 import orjson
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -62,6 +63,32 @@ def test_sse_buffer_yields_whole_events_in_order(evts: list[bytes], cuts: list[i
             out.append(piece)
     out.append(buffer.flush())
     assert b"".join(out) == stream
+
+
+@pytest.mark.parametrize("newline", [b"\r\n", b"\r"])
+@given(events, st.lists(st.integers(min_value=0, max_value=400), max_size=12))
+def test_sse_buffer_cuts_crlf_and_cr_framed_events_as_they_arrive(
+    newline: bytes, evts: list[bytes], cuts: list[int]
+) -> None:
+    """SSE lines may end in CRLF or CR too. Cut only at LF pairs, such a stream was held
+    back whole until it ended (time to first token = the whole answer). Relayed, its events
+    end in LF, however the reads split them, a CRLF included."""
+    stream = b"".join(evts).replace(b"\n", newline)
+    points = sorted({min(c, len(stream)) for c in cuts} | {0, len(stream)})
+    buffer = SSEBuffer()
+    out = []
+    for a, b in itertools.pairwise(points):
+        piece = buffer.feed(stream[a:b])
+        if piece:
+            assert piece.endswith(b"\n\n") and b"\r" not in piece
+            out.append(piece)
+        # Every whole event that has arrived is out: at most the incomplete one waits (and
+        # a last CR, until the next byte says whether it starts a CRLF).
+        arrived = stream[:b].removesuffix(b"\r").replace(newline, b"\n")
+        end = arrived.rfind(b"\n\n")
+        assert b"".join(out) == (arrived[: end + 2] if end >= 0 else b"")
+    out.append(buffer.flush())
+    assert b"".join(out) == b"".join(evts)
 
 
 def test_split_usage_event() -> None:
