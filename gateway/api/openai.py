@@ -163,8 +163,10 @@ def used_tokens(record: RequestRecord) -> int | None:
     None (the admission estimate stays charged) when a tier served without reporting usage:
     a stream the client left before its closing usage event has still cost tokens.
     """
-    if record.served_tier is None or record.status != 200:
-        return 0  # nothing served, or the engine refused the request (its 400 is relayed)
+    if record.served_tier is None:
+        return 0  # nothing served
+    if record.status != 200 and not record.client_disconnected:
+        return 0  # the engine refused the request (its 400 is relayed)
     used = record.prompt_tokens + record.completion_tokens
     return used if used else None
 
