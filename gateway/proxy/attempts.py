@@ -99,6 +99,13 @@ class Attempter:
         """Serves the exchange from `endpoint`, or raises AttemptFailed."""
         record = exchange.record
         asked = time.perf_counter()
+        # total_s bounds the request, not each attempt: what queueing and earlier attempts
+        # spent is gone (a failover after a first-byte timeout restarted the clock). Past
+        # it, no endpoint is tried, nor blamed.
+        if asked - exchange.started >= self.timeouts.total_s:
+            endpoint.slot_freed()  # a slot handed over from the queue goes to the next waiter
+            late = UpstreamTimeoutError("The request passed its total_s deadline.")
+            raise AttemptFailed("timeout", late, final=True)
         endpoint.inflight += 1
         endpoint.circuit.on_send()
         for listener in self.listeners:
@@ -134,7 +141,11 @@ class Attempter:
             endpoint.inflight -= 1
             for listener in self.listeners:
                 listener.upstream_finished(tier.name, record.tenant)
-            if record.error_after_first_byte and not record.client_disconnected:
+            if (
+                record.error_after_first_byte
+                and not record.client_disconnected
+                and not exchange.deadline_passed  # the request's limit, not the engine's fault
+            ):
                 endpoint.circuit.on_failure()
             else:
                 endpoint.circuit.on_success()
@@ -154,6 +165,7 @@ class Attempter:
         `current` as soon as it is sent, so a client that leaves can abort it. Returns the
         response and its whole body, or None for a stream to relay; classifies every
         failure."""
+        remaining = self.timeouts.total_s - (time.perf_counter() - exchange.started)
         payload = orjson.dumps({**exchange.upstream_request, "model": tier.served_model_name})
         path = endpoint.chat_path if exchange.kind == "chat" else endpoint.completions_path
         response: UpstreamResponse | None = None
@@ -163,7 +175,7 @@ class Attempter:
                     b"POST", path, payload, b"x-request-id: %s\r\n" % exchange.record.request_id
                 ),
                 first_byte_timeout_s=self.timeouts.first_byte_s,
-                total_timeout_s=self.timeouts.total_s,
+                total_timeout_s=remaining,
                 started=current,
             )
             status = response.status

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from gateway.backends.h1client import UpstreamFailure, UpstreamResponse
+from gateway.backends.h1client import UpstreamFailure, UpstreamResponse, UpstreamTimeout
 from gateway.errors import UpstreamError, engine_refusal, error_event
 from gateway.protocol import EndpointKind
 from gateway.proxy.channel import ClientChannel
@@ -45,6 +45,7 @@ class Exchange:
     tier_name: str = ""
     rewrite: Callable[[bytes], bytes] = _identity
     captured: list[bytes] | None = None  # the relayed bytes, kept only for sampled requests
+    deadline_passed: bool = False  # a stream cut by the request's total_s
 
     def __post_init__(self) -> None:
         if not self.upstream_request:
@@ -118,6 +119,7 @@ async def relay_stream(exchange: Exchange, response: UpstreamResponse) -> None:
             _client_left(record)
             return
         record.error_after_first_byte = True
+        exchange.deadline_passed = isinstance(exc, UpstreamTimeout)  # only total_s, past headers
         failure = UpstreamError(f"The upstream stream failed after the first byte: {exc}")
         await channel.body(error_event(failure), more=False)
 
