@@ -4,12 +4,13 @@
     ├── InvalidRequestError            400 invalid_request_error
     │   ├── NotFoundError              404 (unknown model, tier or path)
     │   ├── MethodNotAllowedError      405
-    │   └── PayloadTooLargeError       413
+    │   ├── PayloadTooLargeError       413
+    │   └── RequestTimeoutError        408 (a request body that does not arrive in time)
     ├── AuthenticationError            401 authentication_error
     ├── PermissionDeniedError          403 permission_error
     ├── RateLimitError                 429 rate_limit_error (+ Retry-After)
     └── UpstreamError                  502 upstream_error (every tier failed before the first byte)
-        ├── ServiceUnavailableError    503 (no healthy tier, draining)
+        ├── ServiceUnavailableError    503 (no healthy tier)
         └── UpstreamTimeoutError       504
 
 Every error renders to `{"error": {"message", "type", "param", "code"}}`, the shape the
@@ -73,6 +74,11 @@ class MethodNotAllowedError(InvalidRequestError):
 class PayloadTooLargeError(InvalidRequestError):
     status = 413
     default_code = "payload_too_large"
+
+
+class RequestTimeoutError(InvalidRequestError):
+    status = 408
+    default_code = "request_timeout"
 
 
 class AuthenticationError(TiergateError):
@@ -191,6 +197,7 @@ __all__ = [
     "PayloadTooLargeError",
     "PermissionDeniedError",
     "RateLimitError",
+    "RequestTimeoutError",
     "ServiceUnavailableError",
     "TiergateError",
     "UpstreamError",

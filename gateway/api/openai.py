@@ -6,11 +6,17 @@ proxy service, map errors to OpenAI JSON, sink the record. Nothing else happens 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any
 
-from gateway.errors import InvalidRequestError, RateLimitError, TiergateError
+from gateway.errors import (
+    InvalidRequestError,
+    RateLimitError,
+    RequestTimeoutError,
+    TiergateError,
+)
 from gateway.metrics import UNAUTHENTICATED, GatewayMetrics
 from gateway.protocol import EndpointKind, RequestLimits, parse_request
 from gateway.proxy.channel import ClientChannel, Receive, Send
@@ -71,7 +77,7 @@ class GenerationHandler:
             tenant = self.tenants.authenticate(authorization)
             record.tenant = tenant.name
             body_limit = self.admission.body_limit(tenant, self.limits.max_body_bytes)
-            body = await self._read_body(receive, body_limit)
+            body = await self._read_body(receive, body_limit, self.limits.body_timeout_s)
             request = parse_request(self.kind, body, self.limits, body_limit)
             ticket = await self.admission.admit(tenant, request, len(body), self.kind)
             if ticket.hold is not None:  # a slot in Redis, shared with other replicas
@@ -122,24 +128,40 @@ class GenerationHandler:
             self.metrics.record(record)
 
     @staticmethod
-    async def _read_body(receive: Receive, limit: int) -> bytes:
-        parts: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise InvalidRequestError("The client closed the connection mid-request.")
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            parts.append(chunk)
-            if not message.get("more_body", False):
-                return parts[0] if len(parts) == 1 else b"".join(parts)
-            if size > limit:
-                # Past the limit parse_request answers 413. The rest is read and dropped
-                # first: closing a socket with unread data sends a reset, and a client still
-                # sending its body then loses the 413 to "connection reset by peer".
-                await _drain(receive, DRAIN_BYTES)
-                return b"".join(parts)
+    async def _read_body(receive: Receive, limit: int, timeout_s: float) -> bytes:
+        message = await receive()
+        if message["type"] == "http.request" and not message.get("more_body", False):
+            body: bytes = message.get("body", b"")  # the usual case: the whole body at once
+            return body
+        # A body in several pieces must arrive whole within timeout_s: a client trickling
+        # it (slowloris) would otherwise hold a connection and its task for good.
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await _rest_of_body(receive, message, limit)
+        except TimeoutError:
+            raise RequestTimeoutError(
+                f"The request body did not arrive within {timeout_s:g} s."
+            ) from None
+
+
+async def _rest_of_body(receive: Receive, message: dict[str, Any], limit: int) -> bytes:
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        if message["type"] == "http.disconnect":
+            raise InvalidRequestError("The client closed the connection mid-request.")
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        parts.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(parts)
+        if size > limit:
+            # Past the limit parse_request answers 413. The rest is read and dropped first:
+            # closing a socket with unread data sends a reset, and a client still sending
+            # its body then loses the 413 to "connection reset by peer".
+            await _drain(receive, DRAIN_BYTES)
+            return b"".join(parts)
+        message = await receive()
 
 
 # How much of an oversized body is read and dropped so the client can read its 413.

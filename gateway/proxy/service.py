@@ -277,8 +277,10 @@ class ProxyService:
                 exchange.record.reason = "degraded"
                 return
         if failures.only_saturation:
-            # Every eligible tier is full: wait in the chosen tier's bounded queue, briefly.
-            tier = plan[0]
+            # Every eligible tier is full: wait, briefly, in the bounded queue of the
+            # cheapest one that has a usable endpoint (a tier with none is never freed a
+            # slot, so a request queued there waited out queue_timeout_s for nothing).
+            tier = next((t for t in plan if t.saturated), plan[0])
             endpoint = await tier.wait_for_slot(self.resilience.queue_timeout_s)
             if endpoint is not None and exchange.channel.disconnected:
                 endpoint.slot_freed()  # its client left while it queued: the next waiter's

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import time
 import urllib.request
 from typing import Any
 
@@ -257,3 +258,30 @@ def test_a_gateway_defect_is_an_openai_shaped_500_and_counted(ladder: Ladder) ->
         assert reply.json()["error"]["code"] == "internal_error"
         labels = {"tenant": "default", "tier": "_none", "endpoint": "chat", "status": "500"}
         assert gw.settled_metric("tiergate_requests_total", labels, 1) == 1
+
+
+def test_a_body_that_trickles_in_gets_a_408_not_a_connection_held_for_good(
+    ladder: Ladder,
+) -> None:
+    import socket
+
+    settings = ladder.settings(limits={"body_timeout_s": 1.0})
+    with GatewayThread(settings) as gw, socket.create_connection(("127.0.0.1", gw.port)) as sock:
+        sock.settimeout(10)
+        head = (
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+            f"authorization: Bearer {API_KEY}\r\ncontent-length: 100\r\n\r\n"
+        )
+        sock.sendall(head.encode() + b'{"mo')  # 4 of the 100 bytes, then nothing
+        started = time.monotonic()
+        answer = b""
+        while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+        assert time.monotonic() - started < 5
+        status_line, _, rest = answer.partition(b"\r\n")
+        assert status_line.split()[1] == b"408"
+        error = json.loads(rest.partition(b"\r\n\r\n")[2])["error"]
+        assert error["code"] == "request_timeout" and "1 s" in error["message"]

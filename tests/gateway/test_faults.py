@@ -353,6 +353,38 @@ def test_full_tier_queues_briefly_instead_of_failing(fault_ladder: Ladder) -> No
         assert all(headers["x-tiergate-tier"] == "bf16" for _, headers, _ in results)
 
 
+def test_a_request_whose_tier_has_no_usable_endpoint_queues_where_a_slot_can_free(
+    fault_ladder: Ladder,
+) -> None:
+    """Routed to w4a16, which is out (health checks failed), while bf16's only slot is
+    busy: it waits in bf16's queue and is served when that slot frees. It waited in
+    w4a16's, which no slot ever frees, and got a 429 after the whole queue_timeout_s."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gateway.config import parse_settings
+
+    data = settings(
+        fault_ladder, resilience={"queue_timeout_s": 3.0, "health_interval_s": 60}
+    ).model_dump(mode="json")
+    data["tenants"][0]["api_keys"] = [API_KEY]
+    for tier in data["tiers"]:
+        tier["max_inflight_per_endpoint"] = 1
+    fault_ladder.sims[2].faults(added_latency_s=0.6)
+    with (
+        GatewayThread(parse_settings(data), policy_factory=fixed_policy(1)) as gw,
+        ThreadPoolExecutor(1) as pool,
+    ):
+        time.sleep(0.3)  # the first health round is over
+        gw.app.runtime.tiers[1].endpoints[0].healthy = False
+        holder = pool.submit(chat, gw)  # bf16's only slot, for 0.6 s
+        time.sleep(0.2)
+        started = time.monotonic()
+        status, headers, _ = chat(gw)
+        assert status == 200 and headers["x-tiergate-tier"] == "bf16"
+        assert time.monotonic() - started < 2.0
+        assert holder.result()[0] == 200
+
+
 def test_a_client_that_leaves_while_queued_is_never_sent_upstream(fault_ladder: Ladder) -> None:
     """A JSON request waiting in a full tier's queue whose client leaves: when the slot
     frees, it is not sent (it was, and held the engine and the tenant's slot for nobody)."""
