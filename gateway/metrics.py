@@ -470,7 +470,8 @@ class BackendCollector:
         )
         circuit = GaugeMetricFamily(
             "tiergate_circuit_state",
-            "Circuit breaker per endpoint: 0 closed, 1 half-open, 2 open (ejected).",
+            "Circuit breaker per endpoint: 0 closed, 1 half-open (its ejection time is over: "
+            "the next request is the trial), 2 open (ejected).",
             labels=["tier", "endpoint"],
         )
         inflight = GaugeMetricFamily(

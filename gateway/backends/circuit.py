@@ -38,6 +38,15 @@ class CircuitBreaker:
         doublings = min(16, max(0, self.ejections - 1))
         return min(self.max_ejection_s, self.base_ejection_s * (1 << doublings))
 
+    @property
+    def observed_state(self) -> CircuitState:
+        """The state as it stands now, for metrics and the admin API: an open circuit whose
+        ejection time has passed reads half-open (its next request is the trial), not open
+        until that request happens to come."""
+        if self.state is CircuitState.OPEN and self.clock() >= self.opened_at + self.ejection_s:
+            return CircuitState.HALF_OPEN
+        return self.state
+
     def can_send(self) -> bool:
         """Whether a request may be sent now; has no side effects."""
         if self.state is CircuitState.CLOSED:

@@ -61,7 +61,7 @@ class EndpointState:
 
     @property
     def circuit_state(self) -> CircuitState:
-        return self.circuit.state
+        return self.circuit.observed_state
 
 
 @dataclass(slots=True, eq=False)

@@ -28,9 +28,11 @@ def test_half_open_allows_exactly_one_trial_then_closes_or_reopens() -> None:
     breaker = CircuitBreaker(failure_threshold=1, base_ejection_s=5.0, clock=clock)
     breaker.on_failure()
     clock.now += 4.9
-    assert not breaker.can_send()
+    assert not breaker.can_send() and breaker.observed_state is CircuitState.OPEN
     clock.now += 0.2
     assert breaker.can_send()
+    # What metrics and /admin/backends show: the trial is open now, before any request.
+    assert breaker.state is CircuitState.OPEN and breaker.observed_state is CircuitState.HALF_OPEN
     breaker.on_send()
     assert breaker.state is CircuitState.HALF_OPEN
     assert not breaker.can_send()  # the trial is in flight: nobody else
