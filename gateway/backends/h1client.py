@@ -183,6 +183,15 @@ class UpstreamResponse:
         self._fail(error)
 
 
+def _ends_at_close(response: UpstreamResponse) -> bool:
+    """An answer whose headers are in and whose body runs until the connection closes."""
+    if not response.status or response.complete:
+        return False
+    return response.header(b"content-length") is None and (
+        response.header(b"transfer-encoding") is None
+    )
+
+
 class _Connection(asyncio.Protocol):
     __slots__ = (
         "_parser",
@@ -228,6 +237,13 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._cancel_timer()
+        response = self.response
+        if exc is None and response is not None and _ends_at_close(response):
+            # No length and not chunked: HTTP/1.1 ends such a body when the server closes
+            # (httptools has no end-of-input call to say so). A proxy may answer this way.
+            response.keep_alive = False
+            response._finish()
+            return
         if self.response is not None and self.response.status:
             # After the headers, a closed connection is a cut answer, not an unreachable
             # endpoint (and it must not be retried as a stale keep-alive connection).

@@ -208,6 +208,26 @@ def test_close_mid_body_fails_the_stream() -> None:
     asyncio.run(with_server(handler, body))
 
 
+def test_a_body_delimited_by_the_close_of_the_connection_is_whole() -> None:
+    """No content-length, not chunked: HTTP/1.1 ends the body when the server closes (a
+    proxy in front of an engine may answer so). It was a protocol error, failed over."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n")
+        writer.write(b"connection: close\r\n\r\n" + b'{"choices": []}')
+        await writer.drain()
+        writer.close()
+
+    async def body(pool: ConnectionPool) -> None:
+        response = await pool.request(request(pool), first_byte_timeout_s=2, total_timeout_s=5)
+        assert await response.read(1 << 20) == b'{"choices": []}'
+        response.release()
+        assert pool.idle_connections == 0
+
+    asyncio.run(with_server(handler, body))
+
+
 def test_stale_keep_alive_connection_is_retried_on_a_fresh_one() -> None:
     served = 0
 
