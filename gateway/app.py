@@ -510,26 +510,29 @@ def create_app_from_env() -> Gateway:
     """The factory each worker process calls (`tiergate serve --workers N`): the config
     path comes from $TIERGATE_CONFIG, set by the parent.
 
-    A worker that replaces a dead one while the file is invalid (its siblings refused that
-    reload and keep serving) starts on the last valid configuration the supervisor kept
-    ($TIERGATE_LAST_VALID_CONFIG), and keeps watching the file."""
+    A worker that replaces a dead one while the file holds what its siblings refused to
+    reload (they keep serving) starts on the last valid configuration the supervisor kept
+    ($TIERGATE_LAST_VALID_CONFIG), and keeps watching the file. That is a file that cannot
+    serve, and also one that changes what only a restart applies (`shared_limits`): valid on
+    its own, it would split the workers."""
     from gateway.routing.factory import build_policy
 
     path = Path(os.environ[CONFIG_ENV])
+    kept = os.environ.get(LAST_VALID_CONFIG_ENV)
 
-    def app_from(source: Path) -> Gateway:
-        return build_app(
-            load_settings(source), policy_factory=build_policy, config_path=path, watch_config=True
-        )
+    def app_from(settings: Settings) -> Gateway:
+        return build_app(settings, policy_factory=build_policy, config_path=path, watch_config=True)
 
     try:
-        return app_from(path)
+        settings = load_settings(path)
+        if kept and Path(kept).exists():  # what the running workers run
+            _refuse_restart_only_changes(load_settings(Path(kept)), settings)
+        return app_from(settings)
     except RELOAD_ERRORS as exc:  # any reason the file cannot serve, as a reload would see it
-        kept = os.environ.get(LAST_VALID_CONFIG_ENV)
         if not kept:
             raise
         log.error("%s; starting on the last valid configuration", exc)
-        return app_from(Path(kept))
+        return app_from(load_settings(Path(kept)))
 
 
 def build_app(

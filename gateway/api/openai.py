@@ -11,6 +11,7 @@ import logging
 import time
 from typing import Any
 
+from gateway.coarse_timers import CoarseTimers
 from gateway.errors import (
     InvalidRequestError,
     RateLimitError,
@@ -54,6 +55,7 @@ class GenerationHandler:
         self.metrics = metrics
         self.ladder = ladder
         self.request_ids = request_ids
+        self._body_deadlines = CoarseTimers(limits.body_timeout_s)
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         started = time.perf_counter()
@@ -77,7 +79,7 @@ class GenerationHandler:
             tenant = self.tenants.authenticate(authorization)
             record.tenant = tenant.name
             body_limit = self.admission.body_limit(tenant, self.limits.max_body_bytes)
-            body = await self._read_body(receive, body_limit, self.limits.body_timeout_s)
+            body = await self._read_body(receive, body_limit)
             request = parse_request(self.kind, body, self.limits, body_limit)
             ticket = await self.admission.admit(tenant, request, len(body), self.kind)
             if ticket.hold is not None:  # a slot in Redis, shared with other replicas
@@ -127,25 +129,37 @@ class GenerationHandler:
                 await ticket.release(used_tokens(record))
             self.metrics.record(record)
 
-    @staticmethod
-    async def _read_body(receive: Receive, limit: int, timeout_s: float) -> bytes:
-        message = await receive()
-        if message["type"] == "http.request" and not message.get("more_body", False):
-            body: bytes = message.get("body", b"")  # the usual case: the whole body at once
-            return body
-        # A body in several pieces must arrive whole within timeout_s: a client trickling
-        # it (slowloris) would otherwise hold a connection and its task for good.
+    async def _read_body(self, receive: Receive, limit: int) -> bytes:
+        """The whole body, which must arrive within `limits.body_timeout_s`: a client that
+        sends headers and then trickles its body, or nothing, would otherwise hold a
+        connection and its task for good (slowloris). The deadline is a coarse one (see
+        CoarseTimers): a per-request timer costs more than the rest of this read."""
+        task = asyncio.current_task()
+        assert task is not None  # an ASGI app always runs in a task
+        self._body_deadlines.add(task, task.cancel, None)
+        parts: list[bytes] = []
         try:
-            async with asyncio.timeout(timeout_s):
-                return await _rest_of_body(receive, message, limit)
-        except TimeoutError:
+            message = await receive()
+            if message["type"] == "http.request" and not message.get("more_body", False):
+                body: bytes = message.get("body", b"")  # the usual case: all at once
+                return body
+            return await _rest_of_body(receive, message, limit, parts)
+        except asyncio.CancelledError:
+            if self._body_deadlines.discard(task):
+                raise  # not the deadline: a shutdown, or the connection's end
+            task.uncancel()
+            if sum(map(len, parts)) > limit:
+                return b"".join(parts)  # past the limit already: the 413 says more
             raise RequestTimeoutError(
-                f"The request body did not arrive within {timeout_s:g} s."
+                f"The request body did not arrive within {self._body_deadlines.delay_s:g} s."
             ) from None
+        finally:
+            self._body_deadlines.discard(task)
 
 
-async def _rest_of_body(receive: Receive, message: dict[str, Any], limit: int) -> bytes:
-    parts: list[bytes] = []
+async def _rest_of_body(
+    receive: Receive, message: dict[str, Any], limit: int, parts: list[bytes]
+) -> bytes:
     size = 0
     while True:
         if message["type"] == "http.disconnect":

@@ -9,10 +9,10 @@ that have waited `delay_s`, for the price of a dict entry each (a timing wheel o
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 
+from gateway.coarse_timers import CoarseTimers
 from gateway.proxy.channel import ClientChannel
 
 
@@ -24,45 +24,22 @@ class DepartureWatch:
     """
 
     def __init__(self, delay_s: float, clock: Callable[[], float] = time.monotonic) -> None:
-        if delay_s <= 0:
-            raise ValueError("delay_s must be positive")
+        self._timers = CoarseTimers(delay_s, clock)
         self.delay_s = delay_s
-        self._clock = clock
-        # Insertion order is start order: the sweep stops at the first request not yet due.
-        self._pending: dict[ClientChannel, tuple[float, Callable[[], None]]] = {}
-        self._sweeper: asyncio.Task[None] | None = None
 
     def add(self, channel: ClientChannel, on_disconnect: Callable[[], None]) -> None:
-        self._pending[channel] = (self._clock(), on_disconnect)
-        if self._sweeper is None:
-            self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+        self._timers.add(channel, channel.watch_disconnect, on_disconnect)
 
     def discard(self, channel: ClientChannel) -> None:
-        self._pending.pop(channel, None)
+        self._timers.discard(channel)
 
     @property
     def pending(self) -> int:
-        return len(self._pending)
-
-    async def _sweep(self) -> None:
-        try:
-            while self._pending:
-                await asyncio.sleep(self.delay_s / 2)
-                self.sweep_once()
-        finally:
-            self._sweeper = None
+        return self._timers.pending
 
     def sweep_once(self) -> None:
         """Starts the watchers that are due; the sweep task calls it, tests may too."""
-        due_before = self._clock() - self.delay_s
-        due: list[ClientChannel] = []
-        for channel, (since, _) in self._pending.items():
-            if since > due_before:
-                break
-            due.append(channel)
-        for channel in due:
-            _, on_disconnect = self._pending.pop(channel)
-            channel.watch_disconnect(on_disconnect)
+        self._timers.sweep_once()
 
 
 __all__ = ["DepartureWatch"]

@@ -260,8 +260,9 @@ def test_a_gateway_defect_is_an_openai_shaped_500_and_counted(ladder: Ladder) ->
         assert gw.settled_metric("tiergate_requests_total", labels, 1) == 1
 
 
+@pytest.mark.parametrize("sent", [b"", b'{"mo'])  # headers alone, or 4 bytes of 100
 def test_a_body_that_trickles_in_gets_a_408_not_a_connection_held_for_good(
-    ladder: Ladder,
+    ladder: Ladder, sent: bytes
 ) -> None:
     import socket
 
@@ -272,7 +273,7 @@ def test_a_body_that_trickles_in_gets_a_408_not_a_connection_held_for_good(
             "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
             f"authorization: Bearer {API_KEY}\r\ncontent-length: 100\r\n\r\n"
         )
-        sock.sendall(head.encode() + b'{"mo')  # 4 of the 100 bytes, then nothing
+        sock.sendall(head.encode() + sent)  # then nothing
         started = time.monotonic()
         answer = b""
         while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):

@@ -33,6 +33,20 @@ def _settings(port: int, **extra: object):  # type: ignore[no-untyped-def]
     )
 
 
+REDIS_URL = "redis://127.0.0.1:1"
+
+
+def _write_with_redis(path: Path) -> None:
+    """The 9001 settings asking for Redis-shared limits (write_settings masks the URL, a
+    secret, which would make the file invalid for another reason)."""
+    import yaml
+
+    data = _settings(9001).model_dump(mode="json")
+    data["tenants"][0]["api_keys"] = ["sk-t"]
+    data["shared_limits"]["redis_url"] = REDIS_URL
+    path.write_text(yaml.safe_dump(data))
+
+
 def _validate(path: Path) -> None:
     check_settings(load_settings(path), build_policy)
 
@@ -56,12 +70,29 @@ def test_the_copy_refuses_an_edit_the_running_workers_refuse_to_reload(tmp_path:
     copy = tmp_path / "last-valid.yaml"
     kept = LastValidConfig(source, copy, edit_check(copy))
     original = copy.read_text()
-    edited = _settings(9001, shared_limits={"redis_url": "redis://127.0.0.1:1"})
+    edited = _settings(9001, shared_limits={"redis_url": REDIS_URL})
     check_settings(edited, build_policy)  # valid for a fresh start
-    write_settings(source, edited)
+    _write_with_redis(source)
     assert not kept.refresh() and copy.read_text() == original
     write_settings(source, _settings(9002))  # a change a reload accepts still goes through
     assert kept.refresh() and "9002" in copy.read_text()
+
+
+def test_a_replacement_worker_runs_what_its_siblings_run_after_a_restart_only_edit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file now asks for Redis-shared limits, which the running workers refused to
+    reload: a worker started now takes the kept copy, not the file, so all serve alike."""
+    source = write_settings(tmp_path / "c.yaml", _settings(9001))
+    copy = tmp_path / "last-valid.yaml"
+    LastValidConfig(source, copy, edit_check(copy))
+    _write_with_redis(source)
+    assert load_settings(source).shared_limits.redis_url is not None  # valid on its own
+    monkeypatch.setenv(CONFIG_ENV, str(source))
+    monkeypatch.setenv(LAST_VALID_CONFIG_ENV, str(copy))
+    app = create_app_from_env()
+    assert app.runtime.settings.shared_limits.redis_url is None
+    assert app.config_path == source
 
 
 def test_a_worker_starts_from_the_kept_copy_while_the_file_is_invalid(

@@ -58,23 +58,6 @@ def test_only_requests_pending_longer_than_the_delay_are_watched() -> None:
     asyncio.run(scenario())
 
 
-def test_the_sweep_runs_while_something_is_pending_and_then_stops() -> None:
-    async def scenario() -> None:
-        watch = DepartureWatch(0.02)
-        gone = asyncio.Event()
-        aborted: list[int] = []
-        gone.set()
-        watch.add(_channel(gone), lambda: aborted.append(1))
-        await asyncio.sleep(0.1)
-        assert aborted == [1] and watch.pending == 0
-        assert watch._sweeper is None  # idle: no task left behind
-        watch.add(_channel(gone), lambda: aborted.append(2))  # and it starts again
-        await asyncio.sleep(0.1)
-        assert aborted == [1, 2]
-
-    asyncio.run(scenario())
-
-
 def test_a_delay_must_be_positive() -> None:
     with pytest.raises(ValueError):
         DepartureWatch(0.0)

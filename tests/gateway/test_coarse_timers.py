@@ -1,0 +1,44 @@
+"""The one-slot timing wheel behind the JSON departure watch and the body deadline."""
+
+from __future__ import annotations
+
+import asyncio
+
+from gateway.coarse_timers import CoarseTimers
+
+
+def test_entries_fire_once_due_unless_discarded_first() -> None:
+    async def scenario() -> None:
+        now = [100.0]
+        timers = CoarseTimers(1.0, lambda: now[0])
+        fired: list[str] = []
+        timers.add("old", fired.append, "old")
+        now[0] += 0.6
+        timers.add("young", fired.append, "young")
+        timers.add("done", fired.append, "done")
+        assert timers.discard("done")  # ended in time: pending until now, never fires
+        now[0] += 0.5  # old has waited 1.1 s, young 0.5 s
+        timers.sweep_once()
+        assert fired == ["old"] and timers.pending == 1
+        assert not timers.discard("old")  # already fired: its owner can tell
+        now[0] += 0.6
+        timers.sweep_once()
+        assert fired == ["old", "young"] and timers.pending == 0
+
+    asyncio.run(scenario())
+
+
+def test_the_sweep_runs_while_something_is_pending_and_then_stops() -> None:
+    async def scenario() -> None:
+        timers = CoarseTimers(0.02)
+        fired: list[int] = []
+        timers.add(1, fired.append, 1)
+        await asyncio.sleep(0.1)
+        assert fired == [1] and timers.pending == 0
+        assert not timers.sweeping  # idle: no task left behind
+        timers.add(2, fired.append, 2)  # and it starts again
+        assert timers.sweeping
+        await asyncio.sleep(0.1)
+        assert fired == [1, 2]
+
+    asyncio.run(scenario())
