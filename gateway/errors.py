@@ -171,7 +171,9 @@ def engine_refusal(status: int, body: bytes) -> bytes:
     fields = parsed.get("error", parsed) if isinstance(parsed, dict) else None
     message = fields.get("message") if isinstance(fields, dict) else None
     if not isinstance(message, str) or not message:
-        text = body.decode("utf-8", "replace").strip()[:_MAX_PLAIN_MESSAGE]
+        # Cut before decoding: the body may be megabytes of an HTML error page.
+        text = body[: 4 * _MAX_PLAIN_MESSAGE].decode("utf-8", "replace").strip()
+        text = text[:_MAX_PLAIN_MESSAGE]
         message = text or f"The engine refused the request (HTTP {status})."
     param = fields.get("param") if isinstance(fields, dict) else None
     code = fields.get("code") if isinstance(fields, dict) else None

@@ -30,6 +30,8 @@ class Reply:
     # A content-length above len(body) makes the answer stop short: the connection closes
     # mid-body (uvicorn refuses to finish a response shorter than it declared).
     declared_length: int | None = None
+    piece_interval_s: float = 0.001  # between stream pieces
+    silent_after_s: float = 0.0  # after the last piece, before the end (a stalled engine)
 
 
 @dataclass
@@ -70,7 +72,9 @@ class FakeUpstream:
         await send({"type": "http.response.start", "status": reply.status, "headers": headers})
         for piece in reply.pieces:
             await send({"type": "http.response.body", "body": piece, "more_body": True})
-            await asyncio.sleep(0.001)
+            await asyncio.sleep(reply.piece_interval_s)
+        if reply.silent_after_s:
+            await asyncio.sleep(reply.silent_after_s)
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     def last_json(self) -> Any:

@@ -408,9 +408,13 @@ class ConnectionPool:
             started.append(response)
         waiter: asyncio.Future[None] = loop.create_future()
         conn.waiter = waiter
-        deadline = loop.time() + total_s
-        conn.timer = loop.call_at(
-            min(loop.time() + first_byte_s, deadline), self._timed_out, conn, "first byte"
+        now = loop.time()
+        deadline = now + total_s
+        first_byte = now + first_byte_s
+        conn.timer = (
+            loop.call_at(first_byte, self._timed_out, conn, "first byte")
+            if first_byte < deadline
+            else loop.call_at(deadline, self._timed_out, conn, "total")
         )
         conn.start(request, response)
         try:

@@ -389,10 +389,12 @@ _MODEL_DIR_FILES = ("model.json", "arrays.npz", "validation.npz", "MODEL_CARD.md
 
 
 def _check_out(out: Path) -> None:
-    """Refuses an --out that `train` would have to clobber or mix with other files."""
+    """Refuses an --out that is a file, or a directory holding other files that is not a
+    model directory already (one that is, such as the shipped model with its licences,
+    is retrained in place: only the model's own files are replaced)."""
     if out.exists() and not out.is_dir():
         _fail(f"--out {out} is a file; give a directory")
-    if out.is_dir():
+    if out.is_dir() and not (out / "model.json").exists():
         foreign = sorted(p.name for p in out.iterdir() if p.name not in _MODEL_DIR_FILES)
         if foreign:
             _fail(
@@ -415,7 +417,9 @@ def _staged(out: Path) -> Iterator[Path]:
         for name in _MODEL_DIR_FILES:  # an earlier model's file this one has not
             if name not in written:
                 (out / name).unlink(missing_ok=True)
-        for name in written:
+        # model.json last: it holds the arrays' checksum, so a reader in between sees the
+        # old model or a checksum mismatch it refuses, never a new model on old arrays.
+        for name in sorted(written, key=lambda n: n == "model.json"):
             os.replace(stage / name, out / name)
     finally:
         shutil.rmtree(stage, ignore_errors=True)

@@ -47,7 +47,10 @@ CLIENT_GONE: Final = "client_gone"
 # A JSON answer over MAX_RESPONSE_BYTES: the request's doing, not the endpoint's.
 TOO_LARGE: Final = "too_large"
 # Outcomes that say nothing about the endpoint's health.
-INCONCLUSIVE: Final = frozenset({CLIENT_GONE, SATURATED, TOO_LARGE})
+DEADLINE: Final = "deadline"  # the request's total_s ran out (see run)
+INCONCLUSIVE: Final = frozenset({CLIENT_GONE, SATURATED, TOO_LARGE, DEADLINE})
+# Timers fire a little late, never early: within this share of the deadline counts as it.
+_DEADLINE_SLACK: Final = 0.99
 STATUS_5XX: Final = "status_5xx"
 # A proxy's 502 or 504 says the endpoint is unreachable. An engine's own 5xx (500, 501, ...)
 # may be this endpoint's fault or this request's: the service judges it by what the next
@@ -104,14 +107,13 @@ class Attempter:
         # it, no endpoint is tried, nor blamed.
         if asked - exchange.started >= self.timeouts.total_s:
             endpoint.slot_freed()  # a slot handed over from the queue goes to the next waiter
-            late = UpstreamTimeoutError("The request passed its total_s deadline.")
-            raise AttemptFailed("timeout", late, final=True)
+            raise _past_deadline()
         endpoint.inflight += 1
         endpoint.circuit.on_send()
         for listener in self.listeners:
             listener.upstream_started(tier.name, record.tenant)
         try:
-            response, body = await self._send(exchange, tier, endpoint, current)
+            response, body = await self._send(exchange, tier, endpoint, current, asked)
         except AttemptFailed as failure:
             exchange.waited += time.perf_counter() - asked
             endpoint.inflight -= 1
@@ -132,6 +134,7 @@ class Attempter:
         record.status = response.status
         exchange.tier_name = tier.name
         exchange.rewrite = self.rewriters[tier.index]
+        exchange.stall_s = self.timeouts.first_byte_s
         try:
             if body is None:
                 await relay_stream(exchange, response)
@@ -158,6 +161,7 @@ class Attempter:
         tier: TierBackend,
         endpoint: EndpointState,
         current: list[UpstreamResponse],
+        asked: float,
     ) -> tuple[UpstreamResponse, bytes | None]:
         """One request up to the response headers, and for an answer that is not a stream up
         to its last byte: nothing has reached the client before that, so a body that fails
@@ -165,7 +169,7 @@ class Attempter:
         `current` as soon as it is sent, so a client that leaves can abort it. Returns the
         response and its whole body, or None for a stream to relay; classifies every
         failure."""
-        remaining = self.timeouts.total_s - (time.perf_counter() - exchange.started)
+        remaining = self.timeouts.total_s - (asked - exchange.started)
         payload = orjson.dumps({**exchange.upstream_request, "model": tier.served_model_name})
         path = endpoint.chat_path if exchange.kind == "chat" else endpoint.completions_path
         response: UpstreamResponse | None = None
@@ -186,6 +190,13 @@ class Attempter:
         except UpstreamFailure as exc:
             if response is not None:  # the body failed: this connection is done
                 response.abort()
+            if (
+                isinstance(exc, UpstreamTimeout)
+                and time.perf_counter() - asked >= remaining * _DEADLINE_SLACK
+            ):
+                # The timer that fired was the request's total_s (what queueing and earlier
+                # attempts left), not this engine's first-byte time: no verdict on it.
+                raise _past_deadline() from None
             # Once the client has left, whatever the abort made of the attempt is its doing.
             gone = exchange.channel.disconnected
             if response is None or gone:
@@ -203,6 +214,12 @@ class Attempter:
             else f"Upstream answered HTTP {status}."
         )
         raise AttemptFailed(outcome, error, judged_later=status not in GATEWAY_FAILURES)
+
+
+def _past_deadline() -> AttemptFailed:
+    """The request's total_s is spent: no endpoint is to blame, and none is tried next."""
+    late = UpstreamTimeoutError("The request passed its total_s deadline.")
+    return AttemptFailed(DEADLINE, late, final=True)
 
 
 def _body_failed(exc: UpstreamFailure, status: int) -> AttemptFailed:

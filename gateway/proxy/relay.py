@@ -7,6 +7,7 @@ error event: the client always learns that the answer is incomplete.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,7 +46,8 @@ class Exchange:
     tier_name: str = ""
     rewrite: Callable[[bytes], bytes] = _identity
     captured: list[bytes] | None = None  # the relayed bytes, kept only for sampled requests
-    deadline_passed: bool = False  # a stream cut by the request's total_s
+    deadline_passed: bool = False  # a stream cut by the request's total_s, not stalled
+    stall_s: float = math.inf  # silence mid-stream that means a stalled engine
 
     def __post_init__(self) -> None:
         if not self.upstream_request:
@@ -90,8 +92,10 @@ async def relay_stream(exchange: Exchange, response: UpstreamResponse) -> None:
     headers.append((b"cache-control", b"no-cache"))
     await channel.start(200, headers)
     buffer = SSEBuffer()
+    last_read = time.perf_counter()
     try:
         async for chunk in response:
+            last_read = time.perf_counter()
             events = buffer.feed(chunk)
             if not events:
                 continue
@@ -119,7 +123,11 @@ async def relay_stream(exchange: Exchange, response: UpstreamResponse) -> None:
             _client_left(record)
             return
         record.error_after_first_byte = True
-        exchange.deadline_passed = isinstance(exc, UpstreamTimeout)  # only total_s, past headers
+        # Past the headers only total_s can time out: the request's limit, unless the engine
+        # had gone silent for longer than it may take to a first token (then it stalled).
+        exchange.deadline_passed = (
+            isinstance(exc, UpstreamTimeout) and time.perf_counter() - last_read < exchange.stall_s
+        )
         failure = UpstreamError(f"The upstream stream failed after the first byte: {exc}")
         await channel.body(error_event(failure), more=False)
 

@@ -73,34 +73,38 @@ class SSEBuffer:
     through in one piece, so the common case (one read = one event) costs a suffix check.
     """
 
-    __slots__ = ("_pending",)
+    __slots__ = ("_after_cr", "_pending")
 
     def __init__(self) -> None:
         self._pending = b""
+        self._after_cr = False  # the last read ended in CR: a LF opening the next is its pair
 
     def feed(self, data: bytes) -> bytes:
         """Complete events available so far (possibly empty); keeps the incomplete tail."""
+        if self._after_cr:
+            self._after_cr = False
+            if data.startswith(b"\n"):
+                data = data[1:]
         if self._pending:
             data = self._pending + data
             self._pending = b""
-        held = b""
         if b"\r" in data:  # one memchr; JSON escapes CR, so a raw one ends a line
-            if data.endswith(b"\r"):  # maybe half a CRLF: decided by the next read
-                data, held = data[:-1], b"\r"
+            # A CR ends its line at once (a CR-framed event is not held for the next read);
+            # if the read split a CRLF, the next read's leading LF is dropped.
+            self._after_cr = data.endswith(b"\r")
             data = _lf_lines(data)
         if data.endswith(_EVENT_END):
-            self._pending = held
             return data
         cut = data.rfind(_EVENT_END)
         if cut < 0:
-            self._pending = data + held
+            self._pending = data
             return b""
-        self._pending = data[cut + 2 :] + held
+        self._pending = data[cut + 2 :]
         return data[: cut + 2]
 
     def flush(self) -> bytes:
         data, self._pending = self._pending, b""
-        return _lf_lines(data) if b"\r" in data else data
+        return data
 
 
 def _lf_lines(data: bytes) -> bytes:

@@ -435,6 +435,21 @@ def test_train_writes_nothing_into_out_when_it_fails_late(
     }
 
 
+def test_train_retrains_a_model_directory_in_place_keeping_its_other_files(
+    data_file: Path, tmp_path: Path
+) -> None:
+    """The shipped model's folder holds its licences beside the model: the documented
+    rebuild trains into it (it was refused as holding files that are not a model's)."""
+    out = tmp_path / "m"
+    train = ["router", "train", "--data", str(data_file), "--tiers", TIERS, "--out", str(out)]
+    assert runner.invoke(app, train).exit_code == 0
+    (out / "LICENSE-data").write_text("terms")
+    result = runner.invoke(app, train)
+    assert result.exit_code == 0, result.stderr
+    assert (out / "LICENSE-data").read_text() == "terms"
+    RouterModel.load(out)
+
+
 @pytest.mark.parametrize("occupied", ["file", "foreign"])
 def test_train_refuses_an_out_it_would_clobber(
     data_file: Path, tmp_path: Path, occupied: str

@@ -224,6 +224,67 @@ def test_a_json_answer_cut_mid_body_fails_over_and_counts_against_its_endpoint()
             assert gw.settled_metric("tiergate_upstream_attempts_total", labels, 1) == 1
 
 
+@pytest.mark.parametrize("stalled", [True, False])
+def test_a_stream_cut_by_total_s_counts_against_its_engine_only_if_it_stalled(
+    stalled: bool,
+) -> None:
+    """Past the headers only total_s cuts a stream. Cut while events still flow, the limit
+    was the request's; cut after a silence longer than first_byte_s, the engine stalled."""
+    event = b'data: {"choices":[{"index":0,"delta":{"content":"x"}}]}\n\n'
+    with FakeUpstream() as cheap, FakeUpstream() as top:
+        cheap.reply = (
+            Reply(pieces=[event], silent_after_s=3.0, content_type=b"text/event-stream")
+            if stalled
+            else Reply(
+                pieces=[event] * 60, piece_interval_s=0.05, content_type=b"text/event-stream"
+            )
+        )
+        settings = parse_settings(
+            {
+                "model": MODEL,
+                "tiers": [
+                    {"name": "nvfp4", "precision": "nvfp4", "endpoints": [cheap.url]},
+                    {"name": "bf16", "precision": "bf16", "endpoints": [top.url]},
+                ],
+                "tenants": [{"name": "t", "api_keys": [API_KEY]}],
+                "timeouts": {"connect_s": 1.0, "first_byte_s": 0.5, "total_s": 1.5},
+            }
+        )
+        with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
+            body = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "stream": True}
+            status, _, relayed = call(gw, body)
+            assert status == 200 and b'"error"' in relayed.rsplit(b"data: ", 1)[-1]
+            circuit = gw.app.runtime.tiers[0].endpoints[0].circuit
+            assert circuit.consecutive_failures == (1 if stalled else 0)
+
+
+def test_a_request_whose_own_deadline_runs_out_before_the_first_byte_blames_nobody() -> None:
+    """total_s (1 s) below first_byte_s (5 s): the timer that fires is the request's, so the
+    client gets a 504 and no circuit counts a failure, nor is another tier tried."""
+    with FakeUpstream() as cheap, FakeUpstream() as top:
+        cheap.reply = Reply(delay_s=2.0)
+        settings = parse_settings(
+            {
+                "model": MODEL,
+                "tiers": [
+                    {"name": "nvfp4", "precision": "nvfp4", "endpoints": [cheap.url]},
+                    {"name": "bf16", "precision": "bf16", "endpoints": [top.url]},
+                ],
+                "tenants": [{"name": "t", "api_keys": [API_KEY]}],
+                "timeouts": {"connect_s": 1.0, "first_byte_s": 5.0, "total_s": 1.0},
+            }
+        )
+        with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
+            status, _, body = call(
+                gw, {"model": MODEL, "messages": [{"role": "user", "content": "x"}]}
+            )
+            assert status == 504 and "total_s" in orjson.loads(body)["error"]["message"]
+            assert gw.app.runtime.tiers[0].endpoints[0].circuit.consecutive_failures == 0
+            assert top.received == []
+            labels = {"tier": "nvfp4", "endpoint": cheap.url, "outcome": "deadline"}
+            assert gw.settled_metric("tiergate_upstream_attempts_total", labels, 1) == 1
+
+
 @pytest.mark.parametrize("case", ["too_large", "cut_refusal"])
 def test_a_json_answer_no_other_endpoint_should_make_is_not_retried(
     case: str, monkeypatch: pytest.MonkeyPatch

@@ -82,9 +82,9 @@ def test_sse_buffer_cuts_crlf_and_cr_framed_events_as_they_arrive(
         if piece:
             assert piece.endswith(b"\n\n") and b"\r" not in piece
             out.append(piece)
-        # Every whole event that has arrived is out: at most the incomplete one waits (and
-        # a last CR, until the next byte says whether it starts a CRLF).
-        arrived = stream[:b].removesuffix(b"\r").replace(newline, b"\n")
+        # Every whole event that has arrived is out, a CR-framed one included: at most the
+        # incomplete one waits.
+        arrived = stream[:b].replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         end = arrived.rfind(b"\n\n")
         assert b"".join(out) == (arrived[: end + 2] if end >= 0 else b"")
     out.append(buffer.flush())
