@@ -332,20 +332,24 @@ def test_degrade_under_saturation_respects_the_floor(fault_ladder: Ladder) -> No
         assert status == 429
 
 
-def test_full_tier_queues_briefly_instead_of_failing(fault_ladder: Ladder) -> None:
-    data = settings(
-        fault_ladder, resilience={"queue_timeout_s": 5.0, "health_interval_s": 60}
-    ).model_dump(mode="json")
+def one_slot_each(ladder: Ladder, queue_timeout_s: float):  # type: ignore[no-untyped-def]
+    """One request in flight per endpoint, a queue of `queue_timeout_s`, health checks off."""
+    from gateway.config import parse_settings
+
+    resilience = {"queue_timeout_s": queue_timeout_s, "health_interval_s": 60}
+    data = settings(ladder, resilience=resilience).model_dump(mode="json")
     data["tenants"][0]["api_keys"] = [API_KEY]
     for tier in data["tiers"]:
         tier["max_inflight_per_endpoint"] = 1
+    return parse_settings(data)
+
+
+def test_full_tier_queues_briefly_instead_of_failing(fault_ladder: Ladder) -> None:
     fault_ladder.sims[2].faults(added_latency_s=0.5)
     from concurrent.futures import ThreadPoolExecutor
 
-    from gateway.config import parse_settings
-
     with (
-        GatewayThread(parse_settings(data), policy_factory=fixed_policy(2)) as gw,
+        GatewayThread(one_slot_each(fault_ladder, 5.0), policy_factory=fixed_policy(2)) as gw,
         ThreadPoolExecutor(3) as pool,
     ):
         results = list(pool.map(lambda _: chat(gw), range(3)))
@@ -361,17 +365,9 @@ def test_a_request_whose_tier_has_no_usable_endpoint_queues_where_a_slot_can_fre
     w4a16's, which no slot ever frees, and got a 429 after the whole queue_timeout_s."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from gateway.config import parse_settings
-
-    data = settings(
-        fault_ladder, resilience={"queue_timeout_s": 3.0, "health_interval_s": 60}
-    ).model_dump(mode="json")
-    data["tenants"][0]["api_keys"] = [API_KEY]
-    for tier in data["tiers"]:
-        tier["max_inflight_per_endpoint"] = 1
     fault_ladder.sims[2].faults(added_latency_s=0.6)
     with (
-        GatewayThread(parse_settings(data), policy_factory=fixed_policy(1)) as gw,
+        GatewayThread(one_slot_each(fault_ladder, 3.0), policy_factory=fixed_policy(1)) as gw,
         ThreadPoolExecutor(1) as pool,
     ):
         time.sleep(0.3)  # the first health round is over

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.config import parse_settings
+from gateway.config import Settings, parse_settings
 from tests.fakes import FakeUpstream, Reply
 from tests.helpers import API_KEY, MODEL, GatewayThread, fixed_policy, send
 
@@ -39,6 +39,21 @@ def upstream_pair() -> Iterator[tuple[FakeUpstream, FakeUpstream, GatewayThread]
         )
         with GatewayThread(settings) as gw:
             yield cheap, top, gw
+
+
+def two_tiers(cheap: FakeUpstream, top: FakeUpstream, **timeouts: float) -> Settings:
+    """nvfp4 on `cheap`, bf16 on `top`, one tenant; `timeouts` as given (connect_s 1)."""
+    data: dict[str, Any] = {
+        "model": MODEL,
+        "tiers": [
+            {"name": "nvfp4", "precision": "nvfp4", "endpoints": [cheap.url]},
+            {"name": "bf16", "precision": "bf16", "endpoints": [top.url]},
+        ],
+        "tenants": [{"name": "t", "api_keys": [API_KEY]}],
+    }
+    if timeouts:
+        data["timeouts"] = {"connect_s": 1.0, **timeouts}
+    return parse_settings(data)
 
 
 def call(
@@ -239,17 +254,7 @@ def test_a_stream_cut_by_total_s_counts_against_its_engine_only_if_it_stalled(
                 pieces=[event] * 60, piece_interval_s=0.05, content_type=b"text/event-stream"
             )
         )
-        settings = parse_settings(
-            {
-                "model": MODEL,
-                "tiers": [
-                    {"name": "nvfp4", "precision": "nvfp4", "endpoints": [cheap.url]},
-                    {"name": "bf16", "precision": "bf16", "endpoints": [top.url]},
-                ],
-                "tenants": [{"name": "t", "api_keys": [API_KEY]}],
-                "timeouts": {"connect_s": 1.0, "first_byte_s": 0.5, "total_s": 1.5},
-            }
-        )
+        settings = two_tiers(cheap, top, first_byte_s=0.5, total_s=1.5)
         with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
             body = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "stream": True}
             status, _, relayed = call(gw, body)
@@ -263,17 +268,7 @@ def test_a_request_whose_own_deadline_runs_out_before_the_first_byte_blames_nobo
     client gets a 504 and no circuit counts a failure, nor is another tier tried."""
     with FakeUpstream() as cheap, FakeUpstream() as top:
         cheap.reply = Reply(delay_s=2.0)
-        settings = parse_settings(
-            {
-                "model": MODEL,
-                "tiers": [
-                    {"name": "nvfp4", "precision": "nvfp4", "endpoints": [cheap.url]},
-                    {"name": "bf16", "precision": "bf16", "endpoints": [top.url]},
-                ],
-                "tenants": [{"name": "t", "api_keys": [API_KEY]}],
-                "timeouts": {"connect_s": 1.0, "first_byte_s": 5.0, "total_s": 1.0},
-            }
-        )
+        settings = two_tiers(cheap, top, first_byte_s=5.0, total_s=1.0)
         with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
             status, _, body = call(
                 gw, {"model": MODEL, "messages": [{"role": "user", "content": "x"}]}
@@ -298,16 +293,7 @@ def test_a_json_answer_no_other_endpoint_should_make_is_not_retried(
             cheap.reply = Reply(body=b'{"x":"' + b"a" * 2000 + b'"}')
         else:
             cheap.reply = Reply(status=400, body=b'{"error":', declared_length=100)
-        settings = parse_settings(
-            {
-                "model": MODEL,
-                "tiers": [
-                    {"name": "nvfp4", "precision": "nvfp4", "endpoints": [cheap.url]},
-                    {"name": "bf16", "precision": "bf16", "endpoints": [top.url]},
-                ],
-                "tenants": [{"name": "t", "api_keys": [API_KEY]}],
-            }
-        )
+        settings = two_tiers(cheap, top)
         with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
             status, _, body = call(
                 gw, {"model": MODEL, "messages": [{"role": "user", "content": "x"}]}
