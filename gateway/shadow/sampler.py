@@ -157,6 +157,7 @@ class ShadowSampler:
         """Applies `settings` with the log `label_log_for` prepared; never raises."""
         shadow = settings.shadow
         self.settings = shadow
+        self.timeouts = settings.timeouts
         self.rates = {
             tenant.name: shadow.rate if tenant.shadow_rate is None else tenant.shadow_rate
             for tenant in settings.tenants
@@ -363,8 +364,9 @@ class ShadowSampler:
                 endpoint.pool.render(
                     b"POST", path, orjson.dumps(request), replay_id_header(exchange)
                 ),
-                first_byte_timeout_s=300.0,
-                total_timeout_s=600.0,
+                # The gateway's own limits: a replay waits no longer than a client would.
+                first_byte_timeout_s=self.timeouts.first_byte_s,
+                total_timeout_s=self.timeouts.total_s,
             )
             try:
                 body = await response.read(_MAX_REPLY_BYTES)

@@ -184,3 +184,34 @@ def test_a_reload_applies_new_label_log_limits_to_the_open_log(
         assert log.stat().st_size <= 4096
         assert (tmp_path / "labels.jsonl.1").exists()
         assert not (tmp_path / "labels.jsonl.2").exists()  # one backup, as reloaded
+
+
+def test_a_replay_waits_no_longer_than_the_gateways_own_timeouts() -> None:
+    """A replay on a stalled top tier fails after `timeouts.first_byte_s`, as a client's
+    request would (it waited a hard-coded 300 s, holding a replay slot all the while)."""
+    slow = Ladder.start()
+    try:
+        slow.sims[2].faults(added_latency_s=5.0)
+        settings = slow.settings(
+            shadow={"rate": 1.0}, timeouts={"connect_s": 1.0, "first_byte_s": 0.5, "total_s": 30}
+        )
+        with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
+            assert (
+                send(
+                    "POST",
+                    f"{gw.url}/v1/chat/completions",
+                    {
+                        "model": MODEL,
+                        "messages": [{"role": "user", "content": "hi"}],
+                        "max_tokens": 4,
+                    },
+                ).status
+                == 200
+            )
+            labels = {"tenant": "default", "tier": "nvfp4", "outcome": "failed"}
+            started = time.monotonic()
+            assert gw.settled_metric("tiergate_shadow_requests_total", labels, 1) == 1
+            assert time.monotonic() - started < 3.0
+            assert gw.app.shadow.inflight == 0
+    finally:
+        slow.stop()
