@@ -52,6 +52,7 @@ bench: venv compiled
 	$(BIN)/python benchmarks/router_hotpath.py --compiled $(COMPILED)
 	$(BIN)/python benchmarks/overhead.py --compiled $(COMPILED)
 	$(BIN)/python benchmarks/overhead_breakdown.py
+	$(BIN)/python benchmarks/upstream_client.py
 	$(BIN)/python benchmarks/server_choice.py
 	$(BIN)/python benchmarks/costmodel_figures.py
 	$(BIN)/python benchmarks/router_quality.py

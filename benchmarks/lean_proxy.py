@@ -37,6 +37,31 @@ def make_app(upstream: ConnectionPool) -> Any:
     return app
 
 
+def make_aiohttp_app(session: Any, upstream_url: str) -> Any:
+    """The same pass-through on aiohttp's client (a pooled `ClientSession`): what
+    `benchmarks/upstream_client.py` weighs the gateway's own client against."""
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        headers = {"content-type": "application/json"}
+        async with session.post(upstream_url + scope["path"], data=body, headers=headers) as up:
+            content_type = up.headers.get("content-type", "application/json").encode()
+            start = {"type": "http.response.start", "status": up.status}
+            await send({**start, "headers": [(b"content-type", content_type)]})
+            async for chunk in up.content.iter_any():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+
+    return app
+
+
 if __name__ == "__main__":
     uvicorn.run(
         make_app(ConnectionPool("127.0.0.1", int(sys.argv[2]))),

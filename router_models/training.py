@@ -256,7 +256,11 @@ def _split(labels: LabelSet, cfg: TrainConfig) -> tuple[NDArray[np.intp], NDArra
     n = int(groups.max()) + 1 if groups.size else 0
     n_cal = round(cfg.calibration_fraction * n)
     if n_cal < 2 or n - n_cal < 10:
-        raise ValueError(f"{n} request(s) are too few to split into scorer and calibration sets")
+        raise ValueError(
+            f"{n} request(s) are too few to split into scorer and calibration sets (at "
+            f"--calibration-fraction {cfg.calibration_fraction:g}: at least 10 for the scorer "
+            "and 2 for calibration)"
+        )
     order = np.random.default_rng(cfg.seed).permutation(n)
     calibration = np.isin(groups, order[:n_cal])
     return np.flatnonzero(~calibration), np.flatnonzero(calibration)

@@ -105,7 +105,12 @@ def fetch_gateway_regime(url: str, token: str | None, timeout_s: float = 10.0) -
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             body = response.read()
     except urllib.error.HTTPError as exc:
-        raise GatewayError(f"{target} answered HTTP {exc.code} {exc.reason}") from exc
+        hint = (
+            ": set $TIERGATE_ADMIN_TOKEN to the gateway's admin token (`tiergate up` prints it)"
+            if exc.code in (401, 403)
+            else ""
+        )
+        raise GatewayError(f"{target} answered HTTP {exc.code} {exc.reason}{hint}") from exc
     except (urllib.error.URLError, OSError, ValueError) as exc:
         raise GatewayError(f"cannot reach {target}: {exc}") from exc
     try:

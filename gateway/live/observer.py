@@ -168,7 +168,7 @@ class _TierState:
     endpoint_flags: dict[str, RunningFlags] = field(default_factory=dict)
     last_step: PlannerStep | None = None
     last_regime: Regime | None = None
-    note: str = "no traffic yet"
+    note: str = "not planned yet (the first plan comes after observer.plan_interval_s)"
 
 
 class LiveObserver:

@@ -237,7 +237,11 @@ def _toggle_reason(
         return f"{flag} {state}: {symbol} not measured yet, no evidence ({basis})"
     star_text = "inf" if math.isinf(star) else f"{star:.4f}"
     relation = ">" if value > star else "<="
-    return f"{flag} {state}: {symbol} {value:.3f} {relation} {symbol}* {star_text}{detail}"
+    comparison = f"{symbol} {value:.3f} {relation} {symbol}* {star_text}{detail}"
+    if on != (value > star):  # held: the switch the regime asks for waits for confirmation
+        wanted = "on" if value > star else "off"
+        return f"{flag} {state} as it runs: {comparison} asks for {wanted}, not confirmed yet"
+    return f"{flag} {state}: {comparison}"
 
 
 def _explain(
@@ -307,7 +311,8 @@ def _explain(
     if ev.l_in + ev.l_out > cfg.cost.l_ctx:
         reasons.append(
             f"warning: L_in + L_out = {ev.l_in + ev.l_out:g} exceeds the reserved L_ctx "
-            f"{cfg.cost.l_ctx}; raise cost.l_ctx (and --max-model-len)"
+            f"{cfg.cost.l_ctx}; raise cost.l_ctx (`plan --params FILE` with "
+            "`cost: {l_ctx: ...}`), which --max-model-len follows"
         )
     return reasons
 

@@ -77,6 +77,15 @@ def test_body_over_limit_is_413(ladder: Ladder) -> None:
         assert_openai_error(status, response, 413)
 
 
+def test_too_many_messages_is_400(ladder: Ladder) -> None:
+    with GatewayThread(ladder.settings(limits={"max_messages": 2})) as gw:
+        messages = [{"role": "user", "content": "x"}] * 3
+        status, response = post(gw, json.dumps({**CHAT, "messages": messages}).encode())
+        error = assert_openai_error(status, response, 400)
+        assert error["param"] == "messages" and "limit is 2" in error["message"]
+        assert post(gw, json.dumps({**CHAT, "messages": messages[:2]}).encode())[0] == 200
+
+
 def test_json_nesting_limit(gw: GatewayThread) -> None:
     nested: Any = "x"
     for _ in range(100):

@@ -324,3 +324,33 @@ def test_completions_endpoint_forwards_to_completions(
         "echo": True,
         "best_of": 2,
     }
+
+
+@pytest.mark.parametrize("status", [502, 504])
+def test_a_proxys_502_or_504_counts_against_the_endpoint_at_once(status: int) -> None:
+    """A gateway status in front of the engine (a proxy's) says the endpoint is broken: its
+    circuit counts it without waiting to see another endpoint serve, and the request fails
+    over (an engine's own 500 is judged only once another endpoint served)."""
+    with FakeUpstream() as cheap, FakeUpstream() as top:
+        cheap.reply = Reply(status=status, body=b"<html>bad gateway</html>")
+        top.reply = Reply(body=b'{"id":"x","choices":[]}')
+        with GatewayThread(two_tiers(cheap, top), policy_factory=fixed_policy(0)) as gw:
+            answer, headers, _ = call(
+                gw, {"model": MODEL, "messages": [{"role": "user", "content": "x"}]}
+            )
+            assert answer == 200 and headers["x-tiergate-tier"] == "bf16"
+            assert gw.app.runtime.tiers[0].endpoints[0].circuit.consecutive_failures == 1
+
+
+def test_a_json_body_that_outlasts_total_s_is_one_504() -> None:
+    """The headers came in time, the body does not: the request's deadline ends it with one
+    504 (its time is spent, so no other tier is tried)."""
+    with FakeUpstream() as cheap, FakeUpstream() as top:
+        cheap.reply = Reply(pieces=[b'{"id":', b'"x"}'], piece_interval_s=3.0)
+        settings = two_tiers(cheap, top, first_byte_s=5.0, total_s=1.0)
+        with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
+            status, _, body = call(
+                gw, {"model": MODEL, "messages": [{"role": "user", "content": "x"}]}
+            )
+            assert status == 504 and orjson.loads(body)["error"]["code"] == "upstream_timeout"
+            assert top.received == []

@@ -188,3 +188,37 @@ def test_a_reload_that_changes_the_limit_store_is_refused() -> None:
     app.reload(settings(server={"port": 9999, "workers": 3}, timeouts={"total_s": 30}))
     assert app.runtime.settings.server == settings().server
     assert app.admission.max_request_s == 30
+
+
+def test_an_unchanged_endpoint_keeps_its_health_and_circuit_across_a_reload() -> None:
+    """A failing engine is not given a clean slate by an unrelated edit: the endpoint's
+    state (pool, health, circuit) carries over; a changed endpoint starts afresh."""
+    from gateway.app import build_app
+    from gateway.config import parse_settings
+
+    def settings(top_port: int, total_s: float) -> Any:
+        return parse_settings(
+            {
+                "model": MODEL,
+                "tiers": [
+                    {"name": "a", "precision": "nvfp4", "endpoints": ["http://127.0.0.1:9/v1"]},
+                    {
+                        "name": "b",
+                        "precision": "bf16",
+                        "endpoints": [f"http://127.0.0.1:{top_port}/v1"],
+                    },
+                ],
+                "tenants": [{"name": "t", "api_keys": [API_KEY]}],
+                "timeouts": {"total_s": total_s},
+            }
+        )
+
+    app = build_app(settings(10, 900), environ={})
+    kept, moved = (tier.endpoints[0] for tier in app.runtime.tiers)
+    for state in (kept, moved):
+        state.healthy = False
+        state.circuit.on_failure()
+    app.reload(settings(11, 60))  # tier b moves; tier a only sees a new timeout
+    again, fresh = (tier.endpoints[0] for tier in app.runtime.tiers)
+    assert again is kept and not again.healthy and again.circuit.consecutive_failures == 1
+    assert fresh is not moved and fresh.healthy and fresh.circuit.consecutive_failures == 0
