@@ -13,18 +13,22 @@ import uvicorn
 from gateway.backends.h1client import ConnectionPool
 
 
+async def read_body(receive: Any) -> bytes:
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            return body
+
+
 def make_app(upstream: ConnectionPool) -> Any:
     """The pass-through as an ASGI app forwarding to `upstream`."""
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
         request = upstream.render(b"POST", scope["path"].encode(), body)
         response = await upstream.request(request, first_byte_timeout_s=60, total_timeout_s=120)
         headers = [(b"content-type", response.header(b"content-type") or b"application/json")]
@@ -44,12 +48,7 @@ def make_aiohttp_app(session: Any, upstream_url: str) -> Any:
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
         headers = {"content-type": "application/json"}
         async with session.post(upstream_url + scope["path"], data=body, headers=headers) as up:
             content_type = up.headers.get("content-type", "application/json").encode()

@@ -70,6 +70,20 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@contextlib.contextmanager
+def fake_backend() -> Iterator[int]:
+    """The fixed fast fake backend in a child process, for the in-process benchmarks; yields
+    its port once it answers."""
+    port = free_port()
+    backend = subprocess.Popen([PYTHON, str(REPO / "benchmarks" / "fake_backend.py"), str(port)])
+    try:
+        wait_http(f"http://127.0.0.1:{port}/health", 30, backend)
+        yield port
+    finally:
+        backend.terminate()
+        backend.wait(10)
+
+
 def wait_http(url: str, timeout_s: float, process: subprocess.Popen[bytes]) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -527,6 +541,25 @@ def chart(results: dict[str, Any], summary: dict[str, Any], path: Path) -> None:
     fig.suptitle(f"gateway overhead ({results['date']}, {results['machine']})")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+
+
+def block_arguments(doc: str, results_dir: Path) -> argparse.Namespace:
+    """The options of the in-process benchmarks: interleaved rounds of blocks."""
+    parser = argparse.ArgumentParser(description=doc.split("\n", maxsplit=1)[0])
+    parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--block", type=int, default=400)
+    parser.add_argument("--out", type=Path, default=results_dir)
+    return parser.parse_args()
+
+
+def stamped(results: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """`results` with the date, the machine and the rounds they were measured in."""
+    return results | {
+        "date": datetime.date.today().isoformat(),
+        "machine": f"{platform.machine()}, Python {platform.python_version()}",
+        "rounds": args.rounds,
+        "block": args.block,
+    }
 
 
 def write_results(directory: Path, stem: str, results: dict[str, Any], text: str) -> None:

@@ -18,13 +18,9 @@ Writes benchmarks/results/overhead_breakdown.{json,md}. A reported figure, not a
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import datetime
 import json
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -49,9 +45,10 @@ from lean_proxy import make_app  # noqa: E402
 from overhead import (  # noqa: E402
     CHAT,
     KEY,
-    free_port,
+    block_arguments,
+    fake_backend,
     gateway_config,
-    wait_http,
+    stamped,
     write_results,
 )
 
@@ -195,29 +192,11 @@ def markdown(results: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=12)
-    parser.add_argument("--block", type=int, default=400)
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args()
-    backend_port = free_port()
-    backend = subprocess.Popen(
-        [sys.executable, str(REPO / "benchmarks" / "fake_backend.py"), str(backend_port)]
-    )
-    try:
-        wait_http(f"http://127.0.0.1:{backend_port}/health", 30, backend)
-        with tempfile.TemporaryDirectory() as tmp:
-            config = gateway_config(Path(tmp) / "tiergate.yaml", backend_port)
-            results = uvloop.run(measure(config, backend_port, args.rounds, args.block))
-    finally:
-        backend.terminate()
-        backend.wait(10)
-    results |= {
-        "date": datetime.date.today().isoformat(),
-        "machine": f"{platform.machine()}, Python {platform.python_version()}",
-        "rounds": args.rounds,
-        "block": args.block,
-    }
+    args = block_arguments(__doc__ or "", RESULTS)
+    with fake_backend() as backend_port, tempfile.TemporaryDirectory() as tmp:
+        config = gateway_config(Path(tmp) / "tiergate.yaml", backend_port)
+        results = uvloop.run(measure(config, backend_port, args.rounds, args.block))
+    results = stamped(results, args)
     write_results(args.out, "overhead_breakdown", results, markdown(results))
 
 

@@ -13,12 +13,8 @@ Writes benchmarks/results/upstream_client.{json,md}. A reported figure, not a te
 
 from __future__ import annotations
 
-import argparse
-import datetime
 import json
-import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -33,7 +29,14 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 sys.path.insert(0, str(REPO / "benchmarks"))
 from lean_proxy import make_aiohttp_app, make_app  # noqa: E402
-from overhead import CHAT, STREAM, free_port, wait_http, write_results  # noqa: E402
+from overhead import (  # noqa: E402
+    CHAT,
+    STREAM,
+    block_arguments,
+    fake_backend,
+    stamped,
+    write_results,
+)
 
 
 def scope() -> dict[str, Any]:
@@ -108,27 +111,9 @@ def markdown(results: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=12)
-    parser.add_argument("--block", type=int, default=400)
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args()
-    backend_port = free_port()
-    backend = subprocess.Popen(
-        [sys.executable, str(REPO / "benchmarks" / "fake_backend.py"), str(backend_port)]
-    )
-    try:
-        wait_http(f"http://127.0.0.1:{backend_port}/health", 30, backend)
-        results = uvloop.run(measure(backend_port, args.rounds, args.block))
-    finally:
-        backend.terminate()
-        backend.wait(10)
-    results |= {
-        "date": datetime.date.today().isoformat(),
-        "machine": f"{platform.machine()}, Python {platform.python_version()}",
-        "rounds": args.rounds,
-        "block": args.block,
-    }
+    args = block_arguments(__doc__ or "", RESULTS)
+    with fake_backend() as backend_port:
+        results = stamped(uvloop.run(measure(backend_port, args.rounds, args.block)), args)
     write_results(args.out, "upstream_client", results, markdown(results))
 
 
