@@ -123,12 +123,20 @@ def hold_streams(
     server: VllmServer, count: int, stop: threading.Event, starts: list[float]
 ) -> list[threading.Thread]:
     """`count` long greedy streams straight to the engine, held until `stop` is set. A stream
-    ends by itself at max_model_len (seconds on a quiet machine); it is then started again,
-    and the time of every start goes to `starts`, so a reader knows when the plateau began."""
+    ends by itself at max_model_len (seconds on a quiet machine); they are then started again
+    together, and the time of every start goes to `starts`, so a reader knows when the
+    plateau began. Together: the same prompt length and token budget make them end together,
+    so a plateau lasts a whole stream (restarted one by one, the last restart was seldom 3 s
+    old on a fast host, and the test waited for a plateau it never saw)."""
     engine = OpenAI(base_url=f"{server.url}/v1", api_key=ENGINE_API_KEY, max_retries=0, timeout=120)
+    barrier = threading.Barrier(count)
 
     def run(i: int) -> None:
         while not stop.is_set():
+            try:
+                barrier.wait(timeout=120)
+            except threading.BrokenBarrierError:
+                return  # stopping: another stream broke the barrier on its way out
             starts.append(time.monotonic())
             stream = engine.completions.create(
                 model=server.served_model_name,
@@ -142,6 +150,7 @@ def hold_streams(
                 for _ in stream:
                     if stop.is_set():
                         break
+        barrier.abort()  # the streams still waiting to restart stop too
 
     threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(count)]
     for thread in threads:
