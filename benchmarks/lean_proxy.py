@@ -41,16 +41,17 @@ def make_app(upstream: ConnectionPool) -> Any:
     return app
 
 
-def make_aiohttp_app(session: Any, upstream_url: str) -> Any:
+def make_aiohttp_app(session: Any, upstream_url: Any) -> Any:
     """The same pass-through on aiohttp's client (a pooled `ClientSession`): what
-    `benchmarks/upstream_client.py` weighs the gateway's own client against."""
+    `benchmarks/upstream_client.py` weighs the gateway's own client against. `upstream_url`
+    is the whole target URL, parsed once (a `yarl.URL`)."""
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
         body = await read_body(receive)
         headers = {"content-type": "application/json"}
-        async with session.post(upstream_url + scope["path"], data=body, headers=headers) as up:
+        async with session.post(upstream_url, data=body, headers=headers) as up:
             content_type = up.headers.get("content-type", "application/json").encode()
             start = {"type": "http.response.start", "status": up.status}
             await send({**start, "headers": [(b"content-type", content_type)]})

@@ -22,6 +22,7 @@ from typing import Any
 
 import aiohttp
 import uvloop
+import yarl
 
 from gateway.backends.h1client import ConnectionPool
 
@@ -65,11 +66,16 @@ async def call(app: Any, body: bytes) -> None:
 
 
 async def measure(backend_port: int, rounds: int, block: int) -> dict[str, Any]:
+    # aiohttp set up for a proxy's hop, not left at its defaults: no cookie jar, no
+    # decompression, the target URL parsed once.
     connector = aiohttp.TCPConnector(limit=100, keepalive_timeout=60)
-    async with aiohttp.ClientSession(connector=connector) as session:
+    async with aiohttp.ClientSession(
+        connector=connector, cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=False
+    ) as session:
+        target = yarl.URL(f"http://127.0.0.1:{backend_port}/v1/chat/completions")
         apps = {
             "h1client (the gateway's)": make_app(ConnectionPool("127.0.0.1", backend_port)),
-            "aiohttp ClientSession": make_aiohttp_app(session, f"http://127.0.0.1:{backend_port}"),
+            "aiohttp ClientSession": make_aiohttp_app(session, target),
         }
         bodies = {"JSON": json.dumps(CHAT).encode(), "16-chunk stream": json.dumps(STREAM).encode()}
         for app in apps.values():  # warm the pools
@@ -79,9 +85,12 @@ async def measure(backend_port: int, rounds: int, block: int) -> dict[str, Any]:
         blocks: dict[str, dict[str, list[float]]] = {
             kind: {name: [] for name in apps} for kind in bodies
         }
-        for _ in range(rounds):
+        for round_no in range(rounds):
+            order = list(apps.items())
+            if round_no % 2:  # alternate which client goes first in a round
+                order.reverse()
             for kind, body in bodies.items():
-                for name, app in apps.items():
+                for name, app in order:
                     begin = time.process_time()
                     for _ in range(block):
                         await call(app, body)

@@ -10,9 +10,12 @@ pending.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Hashable
 from typing import Any
+
+log = logging.getLogger("tiergate")
 
 
 class CoarseTimers:
@@ -63,7 +66,10 @@ class CoarseTimers:
             due.append(key)
         for key in due:
             _, callback, argument = self._pending.pop(key)
-            callback(argument)
+            try:
+                callback(argument)
+            except Exception:  # one failing callback must not stop the sweep for the rest
+                log.exception("a coarse timer's callback failed")
 
 
 __all__ = ["CoarseTimers"]

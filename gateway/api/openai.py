@@ -147,7 +147,8 @@ class GenerationHandler:
         except asyncio.CancelledError:
             if self._body_deadlines.discard(task):
                 raise  # not the deadline: a shutdown, or the connection's end
-            task.uncancel()
+            if task.uncancel():
+                raise  # the deadline and another cancel at once: the other one stands
             if sum(map(len, parts)) > limit:
                 return b"".join(parts)  # past the limit already: the 413 says more
             raise RequestTimeoutError(

@@ -238,9 +238,9 @@ def _toggle_reason(
     star_text = "inf" if math.isinf(star) else f"{star:.4f}"
     relation = ">" if value > star else "<="
     comparison = f"{symbol} {value:.3f} {relation} {symbol}* {star_text}{detail}"
-    if on != (value > star):  # held: the switch the regime asks for waits for confirmation
+    if on != (value > star):  # a held plan: the switch waits (the first reason says why)
         wanted = "on" if value > star else "off"
-        return f"{flag} {state} as it runs: {comparison} asks for {wanted}, not confirmed yet"
+        return f"{flag} {state} as it runs: {comparison} would turn it {wanted} here; held"
     return f"{flag} {state}: {comparison}"
 
 

@@ -49,8 +49,6 @@ TOO_LARGE: Final = "too_large"
 # Outcomes that say nothing about the endpoint's health.
 DEADLINE: Final = "deadline"  # the request's total_s ran out (see run)
 INCONCLUSIVE: Final = frozenset({CLIENT_GONE, SATURATED, TOO_LARGE, DEADLINE})
-# Timers fire a little late, never early: within this share of the deadline counts as it.
-_DEADLINE_SLACK: Final = 0.99
 STATUS_5XX: Final = "status_5xx"
 # A proxy's 502 or 504 says the endpoint is unreachable. An engine's own 5xx (500, 501, ...)
 # may be this endpoint's fault or this request's: the service judges it by what the next
@@ -190,10 +188,7 @@ class Attempter:
         except UpstreamFailure as exc:
             if response is not None:  # the body failed: this connection is done
                 response.abort()
-            if (
-                isinstance(exc, UpstreamTimeout)
-                and time.perf_counter() - asked >= remaining * _DEADLINE_SLACK
-            ):
+            if isinstance(exc, UpstreamTimeout) and exc.total:
                 # The timer that fired was the request's total_s (what queueing and earlier
                 # attempts left), not this engine's first-byte time: no verdict on it.
                 raise _past_deadline() from None
@@ -225,14 +220,14 @@ def _past_deadline() -> AttemptFailed:
 def _body_failed(exc: UpstreamFailure, status: int) -> AttemptFailed:
     """A JSON body that failed after its headers. Only a cut or broken success is tried
     elsewhere: an answer over the size limit is this request's (no endpoint is blamed, none
-    retried: each would generate it again), a timeout has spent the request's deadline, and
-    a refusal (400, 413, 422) was the request's answer, however it ended."""
+    retried: each would generate it again), and a refusal (400, 413, 422) was the request's
+    answer, however it ended. (A timeout here is the request's deadline, handled before.)"""
     if isinstance(exc, UpstreamTooLarge):
         return AttemptFailed(
             TOO_LARGE, UpstreamError(f"The upstream answer is too large: {exc}."), final=True
         )
     failure = _classified(exc)
-    if isinstance(exc, UpstreamTimeout) or status in CLIENT_ERRORS:
+    if status in CLIENT_ERRORS:
         failure.final = True
     return failure
 

@@ -81,7 +81,7 @@ class SSEBuffer:
 
     def feed(self, data: bytes) -> bytes:
         """Complete events available so far (possibly empty); keeps the incomplete tail."""
-        if self._after_cr:
+        if self._after_cr and data:
             self._after_cr = False
             if data.startswith(b"\n"):
                 data = data[1:]

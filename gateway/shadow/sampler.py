@@ -364,8 +364,11 @@ class ShadowSampler:
                 endpoint.pool.render(
                     b"POST", path, orjson.dumps(request), replay_id_header(exchange)
                 ),
-                # The gateway's own limits: a replay waits no longer than a client would.
-                first_byte_timeout_s=self.timeouts.first_byte_s,
+                # The gateway's own limit: a replay waits no longer than a client would. It
+                # is a JSON request, whose first byte comes when generation ends, so only
+                # total_s applies (first_byte_s would cut the long answers a streamed
+                # original was allowed, and the labels would lean towards short ones).
+                first_byte_timeout_s=self.timeouts.total_s,
                 total_timeout_s=self.timeouts.total_s,
             )
             try:

@@ -115,7 +115,7 @@ def test_an_unmeasured_rho_keeps_prefix_caching_as_it_runs(
     # The held advice's own reason says why it is off although r is above r*.
     (held,) = [r for r in first["recommended"]["reasons"] if r.startswith("speculation")]
     assert held.startswith("speculation off as it runs: r 0.900 >")
-    assert held.endswith("asks for on, not confirmed yet")
+    assert held.endswith("would turn it on here; held")
     assert loop.gauge("tiergate_flag_recommended", "speculative_decoding") == 0.0
     assert loop.gauge("tiergate_flag_drift", "speculative_decoding") == 0.0
     # Confirmed: the advice is to speculate, the running flags drift from it, and the
