@@ -175,12 +175,14 @@ def test_observer_concurrency_is_the_engines(deployment: Deployment) -> None:
         starts: list[float] = []
         threads = hold_streams(server, held, stop, starts)
         try:
+            seen: list[tuple[float, float]] = []  # (engine concurrency, plateau age)
 
             def bracketed() -> tuple[dict[str, Any], dict[str, Any]] | None:
                 before = engine_concurrency(server)
                 # The last (re)start: the plateau cannot be older. The window is 2 s; the extra
                 # second covers the time a request takes to reach the engine.
                 began = max(starts, default=time.monotonic())
+                seen.append((before, time.monotonic() - began))
                 if before != held or time.monotonic() - began < 3.0:
                     return None  # not yet a window's worth of plateau: try again
                 view = admin_get(gw, "/admin/regime")["tiers"]
@@ -191,7 +193,12 @@ def test_observer_concurrency_is_the_engines(deployment: Deployment) -> None:
                 # A scrape can be late on two busy cores; the next view will have one.
                 return (view, plan) if view["prefix"]["concurrency"]["engine_mean"] else None
 
-            view, plan = wait_for(bracketed, "an observer view read on the plateau", timeout_s=60)
+            try:
+                view, plan = wait_for(bracketed, "an observer view read on the plateau", 150)
+            except AssertionError as exc:
+                raise AssertionError(
+                    f"{exc}; last (concurrency, plateau age): {seen[-20:]}"
+                ) from None
         finally:
             stop.set()
             for thread in threads:
