@@ -169,14 +169,15 @@ def engine_refusal(status: int, body: bytes) -> bytes:
     except orjson.JSONDecodeError:
         parsed = None
     fields = parsed.get("error", parsed) if isinstance(parsed, dict) else None
-    message = fields.get("message") if isinstance(fields, dict) else None
+    if not isinstance(fields, dict):
+        fields = {}
+    message = fields.get("message")
     if not isinstance(message, str) or not message:
         # Cut before decoding: the body may be megabytes of an HTML error page.
         text = body[: 4 * _MAX_PLAIN_MESSAGE].decode("utf-8", "replace").strip()
         text = text[:_MAX_PLAIN_MESSAGE]
         message = text or f"The engine refused the request (HTTP {status})."
-    param = fields.get("param") if isinstance(fields, dict) else None
-    code = fields.get("code") if isinstance(fields, dict) else None
+    param, code = fields.get("param"), fields.get("code")
     refusal = _ENGINE_REFUSALS.get(status, InvalidRequestError)(
         message,
         param=param if isinstance(param, str) else None,

@@ -142,7 +142,7 @@ class RequestLimits(BaseModel):
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
     max_json_depth: int = Field(default=32, ge=4, le=512)
     max_messages: int = Field(default=1024, ge=1)
-    # A body sent in pieces must arrive whole within this (408 otherwise).
+    # A body must arrive whole within this many seconds of the headers (408 otherwise).
     body_timeout_s: float = Field(default=30.0, gt=0.0, allow_inf_nan=False)
 
 

@@ -43,21 +43,24 @@ class CircuitBreaker:
         """The state as it stands now, for metrics and the admin API: an open circuit whose
         ejection time has passed reads half-open (its next request is the trial), not open
         until that request happens to come."""
-        if self.state is CircuitState.OPEN and self.clock() >= self.opened_at + self.ejection_s:
+        if self.state is CircuitState.OPEN and self._ejection_over():
             return CircuitState.HALF_OPEN
         return self.state
+
+    def _ejection_over(self) -> bool:
+        return self.clock() >= self.opened_at + self.ejection_s
 
     def can_send(self) -> bool:
         """Whether a request may be sent now; has no side effects."""
         if self.state is CircuitState.CLOSED:
             return True
         if self.state is CircuitState.OPEN:
-            return self.clock() >= self.opened_at + self.ejection_s
+            return self._ejection_over()
         return not self.trial_in_flight
 
     def on_send(self) -> None:
         """Called when a request is actually sent; an expired open circuit turns half-open."""
-        if self.state is CircuitState.OPEN and self.clock() >= self.opened_at + self.ejection_s:
+        if self.state is CircuitState.OPEN and self._ejection_over():
             self.state = CircuitState.HALF_OPEN
             self.trial_in_flight = False
         if self.state is CircuitState.HALF_OPEN:

@@ -251,7 +251,7 @@ class _Connection(asyncio.Protocol):
             response.keep_alive = False
             response._finish()
             return
-        if self.response is not None and self.response.status:
+        if response is not None and response.status:
             # After the headers, a closed connection is a cut answer, not an unreachable
             # endpoint (and it must not be retried as a stale keep-alive connection).
             self.fail(UpstreamProtocolError("upstream closed the connection mid-answer"))

@@ -132,21 +132,19 @@ class Attempter:
         record.status = response.status
         exchange.tier_name = tier.name
         exchange.rewrite = self.rewriters[tier.index]
-        exchange.stall_s = self.timeouts.first_byte_s
+        engine_failed = False
         try:
             if body is None:
-                await relay_stream(exchange, response)
+                engine_failed = await relay_stream(
+                    exchange, response, stall_s=self.timeouts.first_byte_s
+                )
             else:
                 await relay_body(exchange, response, body)
         finally:
             endpoint.inflight -= 1
             for listener in self.listeners:
                 listener.upstream_finished(tier.name, record.tenant)
-            if (
-                record.error_after_first_byte
-                and not record.client_disconnected
-                and not exchange.deadline_passed  # the request's limit, not the engine's fault
-            ):
+            if engine_failed:
                 endpoint.circuit.on_failure()
             else:
                 endpoint.circuit.on_success()

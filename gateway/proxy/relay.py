@@ -7,7 +7,6 @@ error event: the client always learns that the answer is incomplete.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,8 +45,6 @@ class Exchange:
     tier_name: str = ""
     rewrite: Callable[[bytes], bytes] = _identity
     captured: list[bytes] | None = None  # the relayed bytes, kept only for sampled requests
-    deadline_passed: bool = False  # a stream cut by the request's total_s, not stalled
-    stall_s: float = math.inf  # silence mid-stream that means a stalled engine
 
     def __post_init__(self) -> None:
         if not self.upstream_request:
@@ -86,7 +83,10 @@ async def relay_body(exchange: Exchange, response: UpstreamResponse, data: bytes
     await exchange.channel.respond(status, exchange.headers(content_type), data)
 
 
-async def relay_stream(exchange: Exchange, response: UpstreamResponse) -> None:
+async def relay_stream(exchange: Exchange, response: UpstreamResponse, stall_s: float) -> bool:
+    """Relays an SSE stream; True when it failed through the engine's fault. A cut by the
+    request's own total_s is not, unless the engine had been silent for `stall_s` (longer
+    than it may take to a first token): then it stalled."""
     channel, record, rewrite = exchange.channel, exchange.record, exchange.rewrite
     headers = exchange.headers(b"text/event-stream; charset=utf-8")
     headers.append((b"cache-control", b"no-cache"))
@@ -111,7 +111,7 @@ async def relay_stream(exchange: Exchange, response: UpstreamResponse) -> None:
             if channel.disconnected:
                 _client_left(record)
                 response.abort()
-                return
+                return False
         tail = buffer.flush()  # an upstream that ended without a blank line
         if tail and (_USAGE_MARKERS[0] in tail or _USAGE_MARKERS[1] in tail):
             tail = _take_usage(tail, exchange.strip_usage, record)
@@ -121,15 +121,13 @@ async def relay_stream(exchange: Exchange, response: UpstreamResponse) -> None:
     except UpstreamFailure as exc:
         if channel.disconnected:  # the client left (and the upstream was aborted for it)
             _client_left(record)
-            return
+            return False
         record.error_after_first_byte = True
-        # Past the headers only total_s can time out: the request's limit, unless the engine
-        # had gone silent for longer than it may take to a first token (then it stalled).
-        exchange.deadline_passed = (
-            isinstance(exc, UpstreamTimeout) and time.perf_counter() - last_read < exchange.stall_s
-        )
         failure = UpstreamError(f"The upstream stream failed after the first byte: {exc}")
         await channel.body(error_event(failure), more=False)
+        # Past the headers only total_s can time out.
+        return not isinstance(exc, UpstreamTimeout) or time.perf_counter() - last_read >= stall_s
+    return False
 
 
 def _client_left(record: RequestRecord) -> None:
