@@ -141,8 +141,8 @@ class ServeParams(_Frozen):
     kv_cache_dtype: str = Field(default="bfloat16", description="pinned on every tier (X6)")
     batch_dependent_speculation: bool = Field(
         default=False,
-        description="emit num_speculative_tokens_per_batch_size to switch k to 0 above the "
-        "batch where r falls below r* (d.5; forces PIECEWISE CUDA graphs)",
+        description="emit num_speculative_tokens_per_batch_size to switch k to 0 at the "
+        "batch sizes where r does not beat r*(p, B) (d.5; forces PIECEWISE CUDA graphs)",
     )
 
     @model_validator(mode="after")

@@ -374,9 +374,9 @@ def plan_tier(
             spec = spec if regime.r_known else current.speculative
             cache = cache if regime.rho_known else current.prefix_caching
     plan = TierConfig(chosen, spec, cache)
-    off_above: int | None = None
+    batch_ranges: list[tuple[int, int, bool]] | None = None
     if spec and cfg.serve.batch_dependent_speculation and regime.r_known:  # no r, no cutoff
-        off_above = _speculation_cutoff(model, chosen, regime.r, ev.ctx)
+        batch_ranges = _speculation_batch_ranges(model, chosen, regime.r, ev.ctx)
     args = vllm_serve_args(
         chosen,
         speculative=spec,
@@ -384,7 +384,7 @@ def plan_tier(
         model=cfg.model,
         cost=cfg.cost,
         serve=cfg.serve,
-        spec_off_above_batch=off_above,
+        spec_batch_ranges=batch_ranges,
     )
     return TierPlan(
         precision=chosen,
@@ -409,18 +409,21 @@ def plan_tier(
     )
 
 
-def _speculation_cutoff(model: CostModel, p: Precision, r: float, ctx: float) -> int:
-    # Largest batch at which r still beats r*(p, B); r* rises with B (d.5 per-batch k).
-    lo, hi = 1, model.knee(p)
-    if r <= model.r_star_at_batch(lo, p, ctx):
-        return 1
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if r > model.r_star_at_batch(mid, p, ctx):
-            lo = mid
+def _speculation_batch_ranges(
+    model: CostModel, p: Precision, r: float, ctx: float
+) -> list[tuple[int, int, bool]]:
+    """Inclusive (first, last, speculate) runs over every batch vLLM may run (1 to
+    max_num_seqs; K assumes a full L_ctx per request, so a real batch can exceed it): on
+    where r beats r*(p, B) (d.5 per-batch k). Scanned, not bisected: under X1 r* is not
+    monotone in B (verify tokens widen the expert union most at small batches)."""
+    runs: list[tuple[int, int, bool]] = []
+    for b in range(1, model.params.max_num_seqs + 1):
+        pays = r > model.r_star_at_batch(b, p, ctx)
+        if runs and runs[-1][2] == pays:
+            runs[-1] = (runs[-1][0], b, pays)
         else:
-            hi = mid - 1
-    return lo
+            runs.append((b, b, pays))
+    return runs
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Sequence
 from typing import Final
 
 from gateway.planner.params import CostParams, ServeParams
@@ -37,13 +38,18 @@ def _kv_cache_dtype(p: Precision, serve: ServeParams) -> str:
 
 
 def speculative_config(
-    cost: CostParams, serve: ServeParams, off_above_batch: int | None = None
+    cost: CostParams,
+    serve: ServeParams,
+    off_above_batch: int | None = None,
+    *,
+    batch_ranges: Sequence[tuple[int, int, bool]] | None = None,
 ) -> str:
     """The JSON value of `--speculative-config` for vLLM's n-gram proposer.
 
     Lookup bounds are always explicit: when neither is given vLLM uses min = max = 5. With
     `off_above_batch` set, `num_speculative_tokens_per_batch_size` switches k to 0 for larger
-    batches (d.5), which encodes r*(p, B) in the engine itself.
+    batches (d.5), which encodes r*(p, B) in the engine itself. `batch_ranges` gives the
+    general form: inclusive (first, last, speculate) runs from batch 1 to max_num_seqs.
     """
     k = cost.num_speculative_tokens
     config: dict[str, object] = {
@@ -52,11 +58,12 @@ def speculative_config(
         "prompt_lookup_min": serve.prompt_lookup_min,
         "prompt_lookup_max": serve.prompt_lookup_max,
     }
-    if off_above_batch is not None and 1 <= off_above_batch < cost.max_num_seqs:
-        config["num_speculative_tokens_per_batch_size"] = [
-            [1, off_above_batch, k],
-            [off_above_batch + 1, cost.max_num_seqs, 0],
-        ]
+    if batch_ranges is None and off_above_batch is not None:
+        batch_ranges = [(1, off_above_batch, True), (off_above_batch + 1, cost.max_num_seqs, False)]
+    if batch_ranges is not None:
+        runs = [[first, last, k if on else 0] for first, last, on in batch_ranges if first <= last]
+        if any(run[2] == 0 for run in runs):  # k everywhere needs no per-batch table
+            config["num_speculative_tokens_per_batch_size"] = runs
     return json.dumps(config)
 
 
@@ -69,6 +76,7 @@ def vllm_serve_args(
     cost: CostParams,
     serve: ServeParams,
     spec_off_above_batch: int | None = None,
+    spec_batch_ranges: Sequence[tuple[int, int, bool]] | None = None,
 ) -> list[str]:
     """The argv after `vllm serve`: the checkpoint, then flags. JSON values are single items."""
     checkpoint = model.checkpoints[p]
@@ -89,7 +97,10 @@ def vllm_serve_args(
         "--enable-prefix-caching" if prefix_caching else "--no-enable-prefix-caching",
     ]
     if speculative:
-        args += ["--speculative-config", speculative_config(cost, serve, spec_off_above_batch)]
+        args += [
+            "--speculative-config",
+            speculative_config(cost, serve, spec_off_above_batch, batch_ranges=spec_batch_ranges),
+        ]
     return args
 
 

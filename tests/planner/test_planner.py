@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 import math
 
 import pytest
@@ -127,6 +129,26 @@ def test_batch_dependent_speculation_cutoff() -> None:
     # r = 0.30 beats r*(fp16, B) up to B = 263 (r* = 0.29 at 256).
     cutoff = int(spec.split("[[1, ")[1].split(",")[0])
     assert 256 <= cutoff < 325
+
+
+def test_per_batch_speculation_speculates_at_the_planned_batch_under_expert_union() -> None:
+    # X1 makes r* U-shaped in B (verify tokens widen the expert union most at small
+    # batches): the table must follow r vs r*(B) everywhere, not bisect on a monotone r*.
+    settings = settings_from_mapping(
+        {
+            "cost": {"extensions": {"expert_union": True}},
+            "serve": {"batch_dependent_speculation": True},
+        }
+    )
+    plan = plan_tier(Regime(64, 0.0, 0.6), settings, ("w4a16",))
+    assert plan.speculative
+    spec = plan.vllm_args[plan.vllm_args.index("--speculative-config") + 1]
+    table = json.loads(spec)["num_speculative_tokens_per_batch_size"]
+    assert table[0][0] == 1 and table[-1][1] == settings.cost.max_num_seqs
+    assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(table))
+    k_at = {b: k for first, last, k in table for b in range(first, last + 1)}
+    assert k_at[64] == 4  # speculation pays at B_eff = 64: the engine must speculate there
+    assert k_at[1] == 0  # and not at batch 1, where r* > 1
 
 
 def test_no_feasible_precision() -> None:
