@@ -376,7 +376,10 @@ def plan_tier(
     plan = TierConfig(chosen, spec, cache)
     batch_ranges: list[tuple[int, int, bool]] | None = None
     if spec and cfg.serve.batch_dependent_speculation and regime.r_known:  # no r, no cutoff
-        batch_ranges = _speculation_batch_ranges(model, chosen, regime.r, ev.ctx)
+        ranges = _speculation_batch_ranges(model, chosen, regime.r, ev.ctx)
+        # A held speculating tier whose r pays at no batch keeps running as it is: a table
+        # of k = 0 everywhere would switch speculation off past the hysteresis.
+        batch_ranges = ranges if any(on for _, _, on in ranges) else None
     args = vllm_serve_args(
         chosen,
         speculative=spec,

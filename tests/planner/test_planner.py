@@ -151,6 +151,15 @@ def test_per_batch_speculation_speculates_at_the_planned_batch_under_expert_unio
     assert k_at[1] == 0  # and not at batch 1, where r* > 1
 
 
+def test_held_speculation_gets_no_table_that_turns_it_off() -> None:
+    settings = settings_from_mapping({"serve": {"batch_dependent_speculation": True}})
+    running = TierConfig("fp16", True, False)
+    plan = plan_tier(Regime(256, 0.0, 0.0), settings, ("fp16",), running, hold=True)
+    assert plan.speculative  # held as it runs, though r = 0 pays at no batch
+    spec = plan.vllm_args[plan.vllm_args.index("--speculative-config") + 1]
+    assert "num_speculative_tokens_per_batch_size" not in spec
+
+
 def test_no_feasible_precision() -> None:
     with pytest.raises(PlanningError, match="no feasible"):
         plan_tier(OPEN_CHAT, B200, ("nvfp4",), q_min=0.999)
