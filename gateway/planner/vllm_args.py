@@ -40,16 +40,14 @@ def _kv_cache_dtype(p: Precision, serve: ServeParams) -> str:
 def speculative_config(
     cost: CostParams,
     serve: ServeParams,
-    off_above_batch: int | None = None,
-    *,
     batch_ranges: Sequence[tuple[int, int, bool]] | None = None,
 ) -> str:
     """The JSON value of `--speculative-config` for vLLM's n-gram proposer.
 
     Lookup bounds are always explicit: when neither is given vLLM uses min = max = 5. With
-    `off_above_batch` set, `num_speculative_tokens_per_batch_size` switches k to 0 for larger
-    batches (d.5), which encodes r*(p, B) in the engine itself. `batch_ranges` gives the
-    general form: inclusive (first, last, speculate) runs from batch 1 to max_num_seqs.
+    `batch_ranges`, inclusive (first, last, speculate) runs from batch 1 to max_num_seqs,
+    `num_speculative_tokens_per_batch_size` switches k to 0 at the batch sizes where it does
+    not pay (d.5), which encodes r*(p, B) in the engine itself.
     """
     k = cost.num_speculative_tokens
     config: dict[str, object] = {
@@ -58,8 +56,6 @@ def speculative_config(
         "prompt_lookup_min": serve.prompt_lookup_min,
         "prompt_lookup_max": serve.prompt_lookup_max,
     }
-    if batch_ranges is None and off_above_batch is not None:
-        batch_ranges = [(1, off_above_batch, True), (off_above_batch + 1, cost.max_num_seqs, False)]
     if batch_ranges is not None:
         runs = [[first, last, k if on else 0] for first, last, on in batch_ranges if first <= last]
         if any(run[2] == 0 for run in runs):  # k everywhere needs no per-batch table
@@ -75,7 +71,6 @@ def vllm_serve_args(
     model: ModelSpec,
     cost: CostParams,
     serve: ServeParams,
-    spec_off_above_batch: int | None = None,
     spec_batch_ranges: Sequence[tuple[int, int, bool]] | None = None,
 ) -> list[str]:
     """The argv after `vllm serve`: the checkpoint, then flags. JSON values are single items."""
@@ -99,7 +94,7 @@ def vllm_serve_args(
     if speculative:
         args += [
             "--speculative-config",
-            speculative_config(cost, serve, spec_off_above_batch, batch_ranges=spec_batch_ranges),
+            speculative_config(cost, serve, spec_batch_ranges),
         ]
     return args
 

@@ -75,8 +75,11 @@ def test_toggles() -> None:
 
 
 def test_per_batch_speculation() -> None:
-    config = json.loads(speculative_config(CostParams(), ServeParams(), off_above_batch=64))
+    ranges = [(1, 64, True), (65, 1024, False)]
+    config = json.loads(speculative_config(CostParams(), ServeParams(), ranges))
     assert config["num_speculative_tokens_per_batch_size"] == [[1, 64, 4], [65, 1024, 0]]
+    everywhere = json.loads(speculative_config(CostParams(), ServeParams(), [(1, 1024, True)]))
+    assert "num_speculative_tokens_per_batch_size" not in everywhere
 
 
 def test_serve_command_quotes_json() -> None:
