@@ -32,6 +32,7 @@ from gateway.observer.regime import (
 from gateway.observer.vllm_metrics import VllmMetricsSnapshot, parse_vllm_metrics
 from gateway.planner.costmodel import CostModel
 from gateway.planner.planner import (
+    MIN_CONCURRENCY,
     Planner,
     PlannerStep,
     PlanningError,
@@ -135,15 +136,18 @@ def agreed_flags(seen: Iterable[RunningFlags]) -> RunningFlags:
     )
 
 
-def regime_of(report: RegimeReport) -> Regime | None:
+def regime_of(report: RegimeReport, *, engine_r_usable: bool = True) -> Regime | None:
     """The planner's input from a report, preferring engine counters where they exist
-    (b.1 step 1); None while the tier has seen no traffic."""
+    (b.1 step 1); None while the tier has seen no traffic. `engine_r_usable` is False when
+    the tier may run a per-batch speculation table (d.5): rounds at a k = 0 batch draft
+    nothing, so the engine's acceptance understates r and would argue speculation off."""
     conc = report.concurrency
     c = per_engine_concurrency(conc.mean, conc.engine_mean, conc.endpoints)
-    if c is None or c <= 0:
+    if c is None or c < MIN_CONCURRENCY:
         return None
     rho = report.rho.engine if report.rho.engine is not None else report.rho.lru
-    r = report.r.r_engine if report.r.r_engine is not None else report.r.r_reference
+    r_engine = report.r.r_engine if engine_r_usable else None
+    r = r_engine if r_engine is not None else report.r.r_reference
     # Unmeasured (no sampled request, no engine counter): a stand-in of 0 that the planner
     # knows is one, so the flag it decides is not advised on it.
     return Regime(
@@ -409,7 +413,8 @@ class LiveObserver:
     def _plan_tier(self, name: str, state: _TierState, now: float) -> None:
         report = self._report(name, state, now)
         self._export_regime(name, report)
-        regime = regime_of(report)
+        per_batch_table = state.planner.settings.serve.batch_dependent_speculation
+        regime = regime_of(report, engine_r_usable=not per_batch_table)
         if regime is None:
             state.note = "no traffic in the window"
             # No regime to judge the running flags against: no drift to alert on (the last

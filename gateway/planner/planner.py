@@ -57,6 +57,10 @@ class PlanningError(ValueError):
     or the regime is invalid."""
 
 
+# Below this the cost per token (which rises as 1/C) overflows; no real window measures less.
+MIN_CONCURRENCY = 1e-9
+
+
 @dataclass(frozen=True)
 class Regime:
     """Observed traffic: concurrency C, prefix share rho, i.i.d.-equivalent acceptance r.
@@ -77,8 +81,11 @@ class Regime:
 
     def __post_init__(self) -> None:
         # Bounds written as `not a < x < b` so that NaN fails them too.
-        if not 0.0 < self.concurrency < math.inf:
-            raise PlanningError(f"concurrency must be positive and finite, got {self.concurrency}")
+        if not MIN_CONCURRENCY <= self.concurrency < math.inf:
+            raise PlanningError(
+                f"concurrency must be finite and at least {MIN_CONCURRENCY:g}, "
+                f"got {self.concurrency}"
+            )
         if not 0.0 <= self.rho <= 1.0:
             raise PlanningError(f"rho must be in [0, 1], got {self.rho}")
         if not 0.0 <= self.r <= 1.0:

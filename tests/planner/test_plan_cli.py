@@ -321,7 +321,9 @@ def test_nothing_fits_is_one_line_and_exit_2(tmp_path: Path, yaml_text: str, say
     ("args", "says"),
     [
         (["plan", "--regime", "C=256,rho=0.3,r=0.3,L_in=0"], "L_in must be a length > 0"),
-        (["plan", "--regime", "C=inf,rho=0.3,r=0.3"], "concurrency must be positive and finite"),
+        (["plan", "--regime", "C=inf,rho=0.3,r=0.3"], "concurrency must be finite"),
+        # 1/C overflows the cost per token: no plan (and no Infinity in the JSON)
+        (["plan", "--regime", "C=1e-320,rho=0,r=0", "--json"], "at least 1e-09"),
         (["plan", "--regime", "C=32,rho=0.3,r=0.3", "--q-min", "nan"], "Q_min must be in [0, 1]"),
     ],
 )

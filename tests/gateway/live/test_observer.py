@@ -69,6 +69,15 @@ def test_regime_prefers_engine_counters() -> None:
     assert regime is not None and (regime.concurrency, regime.rho, regime.r) == (3.0, 0.1, 0.2)
 
 
+def test_a_per_batch_speculation_table_plans_on_the_replays_r() -> None:
+    # Rounds the table runs at k = 0 draft nothing and pull the engine's acceptance down.
+    measured = report(
+        c_mean=3.0, c_engine=5.0, rho_engine=0.4, rho_lru=0.1, r_engine=0.1, r_iid=0.5
+    )
+    regime = regime_of(measured, engine_r_usable=False)
+    assert regime is not None and regime.r == 0.5 and regime.r_known
+
+
 @pytest.fixture(scope="module")
 def observed() -> Iterator[tuple[Ladder, GatewayThread]]:
     ladder = Ladder(
