@@ -7,11 +7,14 @@ replicas with two Lua scripts that read Redis' own clock:
 - concurrency is a sorted set of in-flight request ids scored by admission time; ids older
   than the longest possible request are pruned, so a replica that dies cannot leak slots.
 When Redis cannot be reached, admission falls back to the replica's in-process limiter
-(the limits then hold per replica) and logs it, rather than failing requests.
+(the limits then hold per replica) and logs it, rather than failing requests. An admission
+that timed out may still run once a stalled Redis resumes: its concurrency slot is removed
+in the background, or it would hold one of the tenant's slots for the longest request.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from dataclasses import dataclass
@@ -21,6 +24,10 @@ from gateway.errors import RateLimitError
 from gateway.tenants.limits import TenantLimiter, TenantLimits
 
 log = logging.getLogger("tiergate.limits")
+
+# Slots of failed admissions remembered for removal; past this many (a long outage) the
+# rest are left to expire with the longest request.
+MAX_UNSURE_SLOTS: Final = 10_000
 
 _ADMIT: Final = """
 local now_parts = redis.call('TIME')
@@ -127,6 +134,10 @@ class SharedLimiter:
         self._keys = [f"{prefix}:{tenant}:{kind}" for kind in ("rps", "tpm", "inflight")]
         self._admit = client.register_script(_ADMIT)
         self._release = client.register_script(_RELEASE)
+        # Request ids whose admission failed but may still run in Redis (with when it
+        # failed, on the loop's clock), and the task that removes their slots.
+        self._unsure: dict[str, float] = {}
+        self._forgetting: asyncio.Task[None] | None = None
 
     @property
     def inflight(self) -> int:
@@ -154,6 +165,8 @@ class SharedLimiter:
             code, wait = await self._admit(keys=self._keys, args=self._args(estimate, request_id))
         except Exception as exc:  # connection refused, timeout, Redis restarting...
             log.warning("shared limits unavailable (%s); using this replica's limits", exc)
+            if self.limits.max_concurrency:
+                self._forget_later(request_id)
             self.local.admit(estimate)
             return None
         code = int(code)
@@ -182,6 +195,36 @@ class SharedLimiter:
             )
         except Exception as exc:
             log.warning("shared limits: release failed (%s); the slot expires by itself", exc)
+
+    def _forget_later(self, request_id: str) -> None:
+        loop = asyncio.get_running_loop()
+        if len(self._unsure) < MAX_UNSURE_SLOTS:
+            self._unsure[request_id] = loop.time()
+        if self._forgetting is None or self._forgetting.done():
+            self._forgetting = loop.create_task(self._forget())
+
+    async def _forget(self, retry_s: float = 1.0) -> None:
+        """Removes the slots of admissions that may run late, once Redis answers again.
+
+        A stalled Redis runs what it had already received before it answers a command sent
+        after it resumed; so the removal is sent once more after one has been answered, and
+        then no late admission can follow it. Slots older than the longest request are
+        pruned by the admission script itself."""
+        loop = asyncio.get_running_loop()
+        while self._unsure:
+            oldest = loop.time() - self.max_request_s
+            self._unsure = {key: at for key, at in self._unsure.items() if at > oldest}
+            ids = list(self._unsure)
+            if not ids:
+                break
+            try:
+                for _ in range(2):
+                    await self.client.zrem(self._keys[2], *ids)
+            except Exception:
+                await asyncio.sleep(retry_s)
+                continue
+            for request_id in ids:
+                self._unsure.pop(request_id, None)
 
 
 def _fields(limits: TenantLimits) -> dict[str, Any]:

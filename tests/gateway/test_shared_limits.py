@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -14,7 +17,12 @@ from tests.helpers import MODEL, GatewayThread, Ladder, free_port, require_binar
 
 
 @pytest.fixture()
-def redis_url(tmp_path: Path) -> Iterator[str]:
+def redis_url(redis_server: tuple[str, subprocess.Popen[bytes]]) -> str:
+    return redis_server[0]
+
+
+@pytest.fixture()
+def redis_server(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     binary = require_binary("redis-server")
     port = free_port()
     process = subprocess.Popen(
@@ -41,7 +49,8 @@ def redis_url(tmp_path: Path) -> Iterator[str]:
             if sock.connect_ex(("127.0.0.1", port)) == 0:
                 break
         time.sleep(0.05)
-    yield f"redis://127.0.0.1:{port}/0"
+    yield f"redis://127.0.0.1:{port}/0", process
+    os.kill(process.pid, signal.SIGCONT)  # a test that stalled it may have failed midway
     process.terminate()
     process.wait(10)
 
@@ -74,6 +83,44 @@ def test_shared_concurrency_slots_are_released(ladder: Ladder, redis_url: str) -
         # Sequential requests never overlap: every one finds the single slot free again, also
         # on the other replica right after the answer (the slot goes back before its last byte).
         assert [chat(gw) for gw in (first, second) * 20] == [200] * 40
+
+
+def test_an_admission_run_late_by_a_stalled_redis_gives_its_slot_back(
+    redis_server: tuple[str, subprocess.Popen[bytes]],
+) -> None:
+    """Redis stalls (a slow fork, a pause): the admission times out and the replica admits
+    locally, but Redis runs the queued script when it resumes. Its concurrency slot must
+    not then lock the tenant out for the longest request (900 s by default)."""
+    import redis.asyncio
+
+    from gateway.errors import RateLimitError
+    from gateway.tenants.limits import TenantLimits
+    from gateway.tenants.shared_limits import SharedLimiter
+
+    url, process = redis_server
+
+    async def scenario() -> None:
+        client = redis.asyncio.from_url(url, socket_timeout=0.2, socket_connect_timeout=0.2)
+        limiter = SharedLimiter(client, "stalled", TenantLimits(max_concurrency=1))
+        # A connection already open and the script loaded, as on a replica serving traffic.
+        await limiter.release(await limiter.admit(10), 10, 10)
+        os.kill(process.pid, signal.SIGSTOP)
+        try:
+            assert await limiter.admit(10) is None  # timed out: admitted by the local limits
+        finally:
+            os.kill(process.pid, signal.SIGCONT)
+        await limiter.release(None, 10, 10)
+        deadline = time.monotonic() + 5
+        hold = None
+        while hold is None and time.monotonic() < deadline:
+            try:
+                hold = await limiter.admit(10)
+            except RateLimitError:  # the late admission's slot, until it is removed
+                await asyncio.sleep(0.1)
+        assert hold is not None
+        await client.aclose()
+
+    asyncio.run(scenario())
 
 
 def test_unreachable_redis_falls_back_to_local_limits(ladder: Ladder) -> None:
