@@ -142,7 +142,9 @@ def _digest_of_configured(key: str) -> bytes:
         except ValueError:
             pass
         raise ValueError("a hashed API key must be 'sha256:' followed by 64 hex digits")
-    return hashlib.sha256(key.encode()).digest()
+    # A presented key loses its surrounding whitespace (`authenticate`), as keys from
+    # `api_keys_env` do: a configured one that kept it could never match.
+    return hashlib.sha256(key.strip().encode()).digest()
 
 
 __all__ = [

@@ -39,6 +39,13 @@ def test_plain_hashed_and_env_keys_resolve() -> None:
         registry.authenticate(b"Bearer sha256:" + hash_key("sk-hashed")[7:].encode())
 
 
+def test_a_configured_key_with_surrounding_whitespace_still_resolves() -> None:
+    """A header's key is read without its surrounding whitespace (HTTP strips it anyway),
+    so a key configured with some, say a YAML block scalar's newline, must match it."""
+    registry = TenantRegistry(settings([{"name": "padded", "api_keys": [" sk-padded\n"]}]))
+    assert registry.authenticate(b"Bearer sk-padded").name == "padded"
+
+
 def test_allowed_tiers_and_thresholds_resolve_to_indices() -> None:
     registry = TenantRegistry(
         settings(
