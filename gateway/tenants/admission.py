@@ -54,7 +54,14 @@ class Admission:
         self._limiters: dict[str, TenantLimiter | SharedLimiter | None] = {}
 
     def configure(self, tenants: Mapping[str, Tenant]) -> None:
-        limiters: dict[str, TenantLimiter | SharedLimiter | None] = {}
+        # In process, a tenant keeps one limiter for good, also while it is unlimited or
+        # absent: every ticket counts in it, so limits that come back on a later reload
+        # see the requests still in flight (a fresh limiter would admit them all again).
+        limiters: dict[str, TenantLimiter | SharedLimiter | None] = {
+            name: limiter
+            for name, limiter in self._limiters.items()
+            if isinstance(limiter, TenantLimiter)
+        }
         for name, tenant in tenants.items():
             settings = tenant.settings.limits
             limits = TenantLimits(
@@ -66,8 +73,8 @@ class Admission:
             kept = self._limiters.get(name)
             if kept is not None and kept.limits == limits:
                 limiters[name] = kept
-            elif limits == TenantLimits():
-                limiters[name] = None  # unlimited: admission costs nothing
+            elif self.redis is not None and limits == TenantLimits():
+                limiters[name] = None  # unlimited: admission costs no round trip to Redis
             elif self.redis is not None:
                 # The counts live in Redis under the tenant's name: new limits read them.
                 limiters[name] = SharedLimiter(

@@ -134,6 +134,32 @@ def test_a_reload_that_tightens_concurrency_counts_the_requests_in_flight() -> N
     asyncio.run(scenario())
 
 
+def test_limits_that_come_back_on_a_reload_count_the_requests_in_flight() -> None:
+    """A reload lifts a tenant's limits (or drops the tenant), a later one restores them:
+    the requests admitted meanwhile, and before, are still in flight and must count."""
+    import asyncio
+
+    from gateway.tenants.admission import Admission
+
+    async def scenario() -> None:
+        admission = Admission()
+        request = {"messages": [{"role": "user", "content": "hi"}]}
+        limited = registry_with({"max_concurrency": 2}).tenants
+        admission.configure(limited)
+        first = await admission.admit(limited["t"], dict(request), 10, "chat")
+        unlimited = registry_with({}).tenants
+        admission.configure(unlimited)
+        await admission.admit(unlimited["t"], dict(request), 10, "chat")
+        admission.configure({})  # the tenant is gone for a while
+        admission.configure(limited)
+        with pytest.raises(RateLimitError, match="the limit is 2"):
+            await admission.admit(limited["t"], dict(request), 10, "chat")
+        await first.release(None)
+        await admission.admit(limited["t"], dict(request), 10, "chat")
+
+    asyncio.run(scenario())
+
+
 def registry_with(limits: dict[str, object]) -> TenantRegistry:
     """Two tiers and one tenant `t` (key `k`) with these limits."""
     from gateway.config import parse_settings
