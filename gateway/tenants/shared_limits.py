@@ -53,8 +53,10 @@ end
 local rps_level, tpm_level
 if rps_rate > 0 then
   rps_level = level(KEYS[1], rps_rate, rps_cap)
-  if rps_level < 1 then
-    return {2, tostring((1 - rps_level) / rps_rate)}
+  -- As for tokens: a burst below one request admits one whenever the bucket is full.
+  local fits = rps_level >= 1 or (1 > rps_cap and rps_level >= rps_cap)
+  if not fits then
+    return {2, tostring((math.min(1, rps_cap) - rps_level) / rps_rate)}
   end
 end
 if tpm_rate > 0 then

@@ -123,6 +123,28 @@ def test_an_admission_run_late_by_a_stalled_redis_gives_its_slot_back(
     asyncio.run(scenario())
 
 
+def test_a_burst_below_one_request_admits_as_the_local_limiter_does(redis_url: str) -> None:
+    """burst 0.5 at 2 per second: in process a full bucket admits a request (as a token
+    budget smaller than a request does); the shared script refused every request."""
+    import redis.asyncio
+
+    from gateway.errors import RateLimitError
+    from gateway.tenants.limits import TenantLimits
+    from gateway.tenants.shared_limits import SharedLimiter
+
+    async def scenario() -> None:
+        client = redis.asyncio.from_url(redis_url)
+        limiter = SharedLimiter(client, "half", TenantLimits(requests_per_second=2, burst=0.5))
+        assert await limiter.admit(1) is not None
+        with pytest.raises(RateLimitError):
+            await limiter.admit(1)  # the bucket refills for 0.5 s first
+        await asyncio.sleep(0.6)
+        assert await limiter.admit(1) is not None
+        await client.aclose()
+
+    asyncio.run(scenario())
+
+
 def test_unreachable_redis_falls_back_to_local_limits(ladder: Ladder) -> None:
     config = settings(
         ladder, f"redis://127.0.0.1:{free_port()}/0", {"requests_per_second": 0.2, "burst": 2}
