@@ -72,6 +72,8 @@ class Admission:
             )
             kept = self._limiters.get(name)
             if kept is not None and kept.limits == limits:
+                if isinstance(kept, SharedLimiter):  # timeouts.total_s may have changed
+                    kept.max_request_s = self.max_request_s
                 limiters[name] = kept
             elif self.redis is not None and limits == TenantLimits():
                 limiters[name] = None  # unlimited: admission costs no round trip to Redis

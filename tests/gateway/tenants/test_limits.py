@@ -160,6 +160,27 @@ def test_limits_that_come_back_on_a_reload_count_the_requests_in_flight() -> Non
     asyncio.run(scenario())
 
 
+def test_a_kept_shared_limiter_takes_the_new_longest_request() -> None:
+    """How long a dead replica's Redis slot lives follows `timeouts.total_s` on a reload that
+    leaves the tenant's limits as they were."""
+    from gateway.tenants.admission import Admission
+    from gateway.tenants.shared_limits import SharedLimiter
+
+    class ScriptsOnly:
+        def register_script(self, script: str) -> object:
+            return object()
+
+    admission = Admission(ScriptsOnly(), max_request_s=900.0)
+    tenants = registry_with({"max_concurrency": 2}).tenants
+    admission.configure(tenants)
+    before = admission._limiters["t"]
+    admission.max_request_s = 60.0  # as the app's reload sets it
+    admission.configure(tenants)
+    kept = admission._limiters["t"]
+    assert kept is before and isinstance(kept, SharedLimiter)
+    assert kept.max_request_s == 60.0
+
+
 def registry_with(limits: dict[str, object]) -> TenantRegistry:
     """Two tiers and one tenant `t` (key `k`) with these limits."""
     from gateway.config import parse_settings
