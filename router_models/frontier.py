@@ -78,12 +78,11 @@ class UniformPoint:
 def thresholds_for(lam: float, costs: Sequence[float]) -> tuple[float, ...]:
     """The K-1 thresholds of multiplier `lam`, clipped to [0, 1].
 
-    A request whose probability sits exactly on a threshold is accepted at that `lam` in the
-    sweep; the thresholds are nudged down by 1e-12 so rounding in `1 - lam * gap` cannot undo it.
+    `routed_frontier` computes each request's multiplier as the least float `lam` at which this
+    very arithmetic accepts it, so its points are exactly what `policy.decide` does with these.
     """
     top = costs[-1]
-    nudge = 1e-12 if lam > 0 else 0.0
-    return tuple(min(1.0, max(0.0, 1.0 - lam * (top - c) - nudge)) for c in costs[:-1])
+    return tuple(min(1.0, max(0.0, 1.0 - lam * (top - c))) for c in costs[:-1])
 
 
 def uniform_points(correct: ArrayLike, costs: Sequence[float]) -> list[UniformPoint]:
@@ -136,8 +135,7 @@ def routed_frontier(
     cost = np.asarray(costs, dtype=np.float64)
     gap = cost[-1] - cost[:-1]
     # (n, K-1): multiplier at which tier k becomes acceptable; never when it saves nothing.
-    mu = np.full((n, k_tiers - 1), np.inf)
-    np.divide(1.0 - p[:, :-1], gap, out=mu, where=gap > 0)
+    mu = _acceptance_multipliers(p[:, :-1], gap)
     flat = mu.reshape(-1)
     order = np.argsort(flat, kind="stable")
     # Plain lists: the event loop below indexes scalars, which numpy does slowly.
@@ -193,6 +191,38 @@ def thin(frontier: Frontier, max_points: int = 101) -> Frontier:
     idx = np.unique(np.r_[0, idx, n - 1])
     sq = None if frontier.paired_sq is None else frontier.paired_sq[idx]
     return Frontier(frontier.cost[idx], frontier.quality[idx], frontier.lam[idx], sq, frontier.n)
+
+
+def _acceptance_multipliers(
+    proba: NDArray[np.float64], gap: NDArray[np.float64]
+) -> NDArray[np.float64]:
+    """(n, K-1): the least float `lam` with `proba >= 1 - lam * gap`; inf when `gap` is 0.
+
+    `(1 - p) / gap` is that value in exact arithmetic, but rounding puts it an ulp or two
+    either side: (1 - 0.7) / 0.3 and (1 - 0.8) / 0.2 round to either side of 1. Then the sweep
+    and `thresholds_for` disagree about which requests one `lam` accepts, and `tune` reports a
+    point whose thresholds do something cheaper and worse, below the floor. `1 - lam * gap`
+    is monotone in `lam` in floating point too, so stepping by ulps finds the exact value.
+    """
+    gaps = np.broadcast_to(gap, proba.shape)
+    mu = np.full(proba.shape, np.inf)
+    np.divide(1.0 - proba, gaps, out=mu, where=gaps > 0)
+    finite = np.isfinite(mu)
+    p, g = proba[finite], gaps[finite]
+    m = mu[finite]
+    for _ in range(64):  # up while the thresholds still refuse the request
+        refused = p < 1.0 - m * g
+        if not refused.any():
+            break
+        m[refused] = np.nextafter(m[refused], np.inf)
+    for _ in range(64):  # down while one ulp less is still accepted
+        below = np.nextafter(m, -np.inf)
+        lower = (below >= 0.0) & (p >= 1.0 - below * g)
+        if not lower.any():
+            break
+        m[lower] = below[lower]
+    mu[finite] = np.maximum(m, 0.0)
+    return mu
 
 
 def _complete(correct: ArrayLike, costs: Sequence[float]) -> NDArray[np.float64]:

@@ -201,3 +201,24 @@ def test_a_lucky_validation_point_is_not_trusted() -> None:
     assert naive.routing_pays and naive.expected_cost < 0.8
     careful = tune(proba, correct, COSTS, alpha=0.99)
     assert not careful.routing_pays and careful.thresholds == (1.0,)
+
+
+def test_frontier_points_are_what_decide_does_when_tiers_tie_up_to_rounding() -> None:
+    # Probabilities on a 0.1 grid (small calibration sets give such block values): across
+    # tiers, (1 - p) / gap meet in exact arithmetic (0.3 / 0.3 and 0.2 / 0.2 are both 1) but
+    # not in floating point, and the thresholds must not merge what the sweep kept apart.
+    rng = np.random.default_rng(5)
+    proba = np.minimum(np.round(np.sort(rng.random((400, 4)), axis=1), 1), 0.9)
+    proba[:, -1] = 1.0
+    correct = (rng.random((400, 4)) < [0.5, 0.6, 0.7, 0.8]).astype(float)
+    costs = (0.1, 0.2, 0.3, 0.4)
+    front = routed_frontier(proba, correct, costs)
+    for i in range(len(front.lam)):
+        cost, quality = apply(proba, correct, costs, thresholds_for(front.lam[i], costs))
+        assert cost == pytest.approx(front.cost[i], abs=1e-12)
+        assert quality == pytest.approx(front.quality[i], abs=1e-12)
+    result = tune(proba, correct, costs, alpha=0.9)
+    assert result.routing_pays
+    cost, quality = apply(proba, correct, costs, result.thresholds)
+    assert quality == pytest.approx(result.expected_quality, abs=1e-12)
+    assert quality >= quality_floor(correct, 0.9)
