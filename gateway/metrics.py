@@ -436,7 +436,7 @@ class _PendingHistogram:
 
 
 class RoutingCollector:
-    """The router's pre-test verdict per tenant, read at scrape time from the running policy,
+    """Whether routing pays per tenant (tune's verdict), read at scrape time from the running policy,
     so a reload that drops a tenant's alpha (or the tenant) drops its series too."""
 
     def __init__(self, source: Callable[[], Mapping[str, bool]]) -> None:
@@ -445,7 +445,7 @@ class RoutingCollector:
     def collect(self) -> Iterator[Metric]:
         pays = GaugeMetricFamily(
             "tiergate_routing_pays",
-            "Pre-test per tenant with an alpha: 1 when routing beats the cheapest uniform tier "
+            "Per tenant with an alpha: 1 when the tuned routing beats the cheapest uniform tier "
             "meeting the floor on validation data, 0 when it does not (thresholds then equal "
             "that tier).",
             labels=["tenant"],

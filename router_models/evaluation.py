@@ -26,7 +26,7 @@ from sklearn.metrics import roc_auc_score
 
 from router_models.costs import CostSource
 from router_models.frontier import Frontier, routed_frontier, static_frontier, thin, uniform_points
-from router_models.labels import Label, adequacy
+from router_models.labels import Label, adequacy, routing_proba
 from router_models.pretest import pretest
 from router_models.thresholds import quality_floor, tune, uniform_baseline
 
@@ -133,7 +133,7 @@ def evaluate(
 ) -> dict[str, Any]:
     """The `tiergate router evaluate --json` document for held-out probabilities."""
     complete = ~np.isnan(correct).any(axis=1)
-    c, p = correct[complete], proba[complete]
+    c, p = correct[complete], routing_proba(proba, label)[complete]
     doc: dict[str, Any] = {
         "n": int(correct.shape[0]),
         "n_complete": int(complete.sum()),

@@ -19,7 +19,7 @@ from typing import Final, Literal, get_args
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["LABELS", "Label", "adequacy", "difficulty"]
+__all__ = ["LABELS", "Label", "adequacy", "difficulty", "routing_proba", "routing_proba_one"]
 
 Label = Literal["relative", "absolute"]
 LABELS: Final[tuple[Label, ...]] = get_args(Label)
@@ -50,6 +50,36 @@ def difficulty(correct: NDArray[np.float64], label: Label = "relative") -> NDArr
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows are expected
         return np.asarray(np.nanmean(loss, axis=1), dtype=np.float64)
+
+
+# Routing probabilities of non-top tiers stay below 1, so a threshold of 1.0 never accepts one.
+_BELOW_ONE: Final = float(np.nextafter(1.0, 0.0))
+
+
+def routing_proba(proba: NDArray[np.float64], label: Label) -> NDArray[np.float64]:
+    """(n, K): what routing compares with the thresholds, P(tier k adequate); top tier 1.0.
+
+    Relative probabilities are that already. Absolute ones are P(tier k correct): a request
+    that every tier gets wrong has low ones on every tier and would stay on the top tier,
+    where it is wrong too (routing on them scored APGR 0.43 on MMLU, below random). Routing
+    reads them as one minus tier k's expected accuracy loss against the top tier,
+    1 - (p_top - p_k): the relative probability when tier k is never right where the top
+    tier is wrong. Calibrated probabilities never fall along the ladder, so this does not.
+    """
+    p = np.asarray(proba, dtype=np.float64)
+    if label == "relative":
+        return p
+    out = np.ones_like(p)
+    out[:, :-1] = np.clip(1.0 - (p[:, -1:] - p[:, :-1]), 0.0, _BELOW_ONE)
+    return out
+
+
+def routing_proba_one(proba: tuple[float, ...], label: Label) -> tuple[float, ...]:
+    """`routing_proba` for one request, on plain floats."""
+    if label == "relative":
+        return proba
+    top = proba[-1]
+    return (*(min(max(1.0 - (top - p), 0.0), _BELOW_ONE) for p in proba[:-1]), 1.0)
 
 
 def _check(correct: NDArray[np.float64]) -> NDArray[np.float64]:

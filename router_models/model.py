@@ -18,7 +18,7 @@ from numpy.typing import NDArray
 
 from router_models.features import dense_features
 from router_models.isotonic_maps import IsotonicMaps
-from router_models.labels import LABELS, Label
+from router_models.labels import LABELS, Label, routing_proba, routing_proba_one
 from router_models.lean import LeanScorer
 from router_models.ngrams import GramSpec, tokens
 from router_models.request import view_request
@@ -130,6 +130,11 @@ class RouterModel:
         """Calibrated P(tier k adequate) for every tier, cheapest first."""
         return self._calibration.predict_one(self.score_one(request))
 
+    def routing_proba_one(self, score: float) -> tuple[float, ...]:
+        """What routing compares with thresholds for a request of this score (see
+        `labels.routing_proba`: the calibrated probabilities under the relative label)."""
+        return routing_proba_one(self._calibration.predict_one(score), self._label)
+
     # -- batch path -------------------------------------------------------------------------
     def features(
         self, requests: Sequence[Mapping[str, Any]], progress: Callable[[int], None] | None = None
@@ -146,18 +151,23 @@ class RouterModel:
         """(n, K) calibrated probabilities, the batch twin of `predict_proba_one`."""
         return self._calibration.predict_proba(self.score(requests))
 
+    def routing_proba(self, scores: NDArray[np.float64]) -> NDArray[np.float64]:
+        """(n, K) routing probabilities for these scores, the batch twin of `routing_proba_one`."""
+        return routing_proba(self._calibration.predict_proba(scores), self._label)
+
     # -- variants and persistence -----------------------------------------------------------
     def with_calibration(
         self, calibration: IsotonicMaps, tiers: Sequence[str] | None = None
     ) -> RouterModel:
         """The same scorer (and warm caches) with new calibrators, e.g. refitted online; with
-        `tiers`, for the ladder the calibrators were fitted on (a gateway's own tiers)."""
+        `tiers`, for the ladder the calibrators were fitted on (a gateway's own tiers). Shadow
+        labels are relative: calibrators without the top tier make a relative-label model."""
         return RouterModel(
             self._tiers if tiers is None else tiers,
             self._scorer,
             calibration,
             self._spec,
-            label=self._label,
+            label="absolute" if calibration.include_top else "relative",
             metadata=self._metadata,
             _lean=self._lean,
         )

@@ -335,7 +335,7 @@ def tune(
             )
         with _progress() as step:
             feats = _featurize(step, labels, None, router)
-        proba = router.calibration.predict_proba(router.scorer.score(feats))
+        proba = router.routing_proba(router.scorer.score(feats))
         p, c = proba[complete], labels.correct[complete]
         result = tune_thresholds(
             p,

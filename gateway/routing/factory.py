@@ -9,13 +9,18 @@ from gateway.routing.policy import RoutingPolicy
 def build_policy(settings: Settings) -> RoutingPolicy:
     """The calibrated difficulty router, with the configured model or the shipped default."""
     from gateway.routing.router import RouterPolicy, Validation
+    from router_models.labels import routing_proba
     from router_models.model import RouterModel, default_model_path
     from router_models.model_io import load_validation
 
     model_dir = settings.router.model_dir or default_model_path()
+    model = RouterModel.load(model_dir)
     held_out = load_validation(model_dir)
-    validation = None if held_out is None else Validation(*held_out)
-    return RouterPolicy(RouterModel.load(model_dir), settings, validation)
+    validation = None
+    if held_out is not None:
+        proba, correct = held_out
+        validation = Validation(routing_proba(proba, model.label), correct)
+    return RouterPolicy(model, settings, validation)
 
 
 __all__ = ["build_policy"]

@@ -48,7 +48,8 @@ def ladder_positions(model_tiers: tuple[str, ...], gateway_tiers: list[str]) -> 
 
 @dataclass(frozen=True, slots=True)
 class Validation:
-    """Held-out rows on the model's ladder: calibrated probabilities and per-tier correctness."""
+    """Held-out rows on the model's ladder: routing probabilities (`labels.routing_proba`) and
+    per-tier correctness."""
 
     proba: Any  # (n, K_model)
     correct: Any  # (n, K_model)
@@ -60,7 +61,7 @@ class TenantRouting:
 
     thresholds: tuple[float, ...]
     source: str  # "explicit", "alpha", "default"
-    routing_pays: bool | None = None  # the pre-test verdict, when alpha was tuned
+    routing_pays: bool | None = None  # tune's verdict against the uniform tier, with alpha
     uniform_floor_tier: int | None = None  # cheapest uniform tier meeting the floor
     note: str = ""
 
@@ -86,7 +87,7 @@ class RouterPolicy:
     def decide(self, request: Mapping[str, Any], kind: EndpointKind, tenant: Tenant) -> Decision:
         model, positions = self.tenant_models.get(tenant.name, (self.model, self.positions))
         score = model.score_one(request)
-        on_model = model.calibration.predict_one(score)
+        on_model = model.routing_proba_one(score)
         probabilities = tuple(on_model[position] for position in positions)
         thresholds = self.routing[tenant.name].thresholds
         allowed = tenant.allowed_tiers

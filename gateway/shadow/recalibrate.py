@@ -177,7 +177,7 @@ class Recalibrator:
         positions = list(policy.positions)
 
         def prior(scores: np.ndarray) -> np.ndarray:
-            return base.calibration.predict_proba(scores)[:, positions]
+            return base.routing_proba(scores)[:, positions]
 
         calibration = refit(labels, prior, n_tiers, self.prior_weight, self.min_labels)
         model = base.with_calibration(calibration, tiers=policy.tier_names).with_metadata(

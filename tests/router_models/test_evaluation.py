@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from router_models.evaluation import apgr_cpt, evaluate, expected_calibration_error, static_apgr
+from router_models.labels import routing_proba, routing_proba_one
 
 
 def pair(n: int = 20_000, seed: int = 0) -> np.ndarray:
@@ -74,3 +75,27 @@ def test_evaluate_document_has_the_promised_keys() -> None:
     assert set(doc["uniform_baseline"]) == {"tier", "quality", "cost"}
     assert all(set(p) == {"cost", "quality"} for p in doc["frontier"])
     assert len(doc["frontier"]) <= 101
+
+
+def test_absolute_probabilities_route_on_the_expected_loss_against_the_top_tier() -> None:
+    """Under the absolute label a request every tier gets wrong has low probabilities on
+    every tier; routing on them kept it on the top tier, where it is wrong too, and scored
+    below random. Routing reads one minus the expected loss against the top tier."""
+    rng = np.random.default_rng(7)
+    kinds = rng.integers(0, 3, 3000)  # 0: both right, 1: only the top right, 2: both wrong
+    correct = np.array([[1.0, 1.0], [0.0, 1.0], [0.0, 0.0]])[kinds]
+    # Calibrated P(tier correct) per kind, as an absolute-label model would give them.
+    proba = np.array([[0.9, 0.95], [0.2, 0.9], [0.05, 0.1]])[kinds]
+    doc = evaluate(proba, correct, ["cheap", "top"], [0.25, 1.0], label="absolute")
+    assert doc["apgr"] > 0.8  # it scored 0.5 at best while the both-wrong kind went up first
+    routed = routing_proba(proba, "absolute")
+    assert routed[:, -1].tolist() == [1.0] * len(kinds)
+    assert np.all(routed[:, 0] < 1.0)  # a threshold of 1.0 still never accepts the cheap tier
+    assert routed[kinds == 2, 0].min() > routed[kinds == 1, 0].max()
+    for row, expected in zip(proba[:20], routed[:20], strict=True):
+        assert routing_proba_one(tuple(row), "absolute") == tuple(expected)
+    # Calibration is still judged on the absolute probabilities: about 0.117 here (0.1, 0.2
+    # and 0.05 off by kind), where the routing ones would be 0.95 off for the both-wrong kind.
+    assert doc["per_tier"]["cheap"]["ece"] == pytest.approx(0.117, abs=0.01)
+    assert np.array_equal(routing_proba(proba, "relative"), proba)
+    assert routing_proba_one((0.3, 1.0), "relative") == (0.3, 1.0)

@@ -196,3 +196,22 @@ def test_a_bad_scorer_parameter_is_a_format_error_when_the_scorer_loads(
     model = RouterModel.load(out)  # the hot path does not need the scikit-learn scorer
     with pytest.raises(ModelFormatError, match="invalid linear scorer"):
         model.predict_proba(list(three_tier.requests[:3]))
+
+
+def test_an_absolute_label_model_routes_on_the_loss_against_the_top_tier(
+    three_tier: LabelSet,
+) -> None:
+    from router_models.labels import routing_proba
+    from router_models.training import TrainConfig, fit_router
+
+    model = fit_router(three_tier, TrainConfig(scorer="linear", label="absolute"))
+    scores = model.score(three_tier.requests[:50])
+    calibrated = model.calibration.predict_proba(scores)
+    routed = model.routing_proba(scores)
+    assert np.allclose(routed, routing_proba(calibrated, "absolute"))
+    assert routed[:, -1].tolist() == [1.0] * 50  # unlike P(top tier correct)
+    for score, row in zip(scores[:10], routed[:10], strict=True):
+        assert model.routing_proba_one(float(score)) == pytest.approx(tuple(row))
+    # Shadow labels are relative: calibrators refitted on them make a relative-label model.
+    flat = TierCalibration().fit(scores, np.full((50, 2), 0.5))
+    assert model.with_calibration(flat).label == "relative"
