@@ -560,10 +560,13 @@ REGIME: Final = Dashboard(
         Row("Regime per tier"),
         Panel(
             "Concurrency C (gateway observer)",
-            "Requests in flight per tier over the rolling window: mean, p50, p95.",
+            "Requests in flight per tier over the rolling window: mean, p50, p95, summed "
+            "over gateway replicas (each sees its share of the traffic).",
             (
                 Query(
-                    f"max by (tier, stat) (tiergate_regime_concurrency{{{TIER}}})",
+                    # Summed, as the workers of one replica are (livesum): a maximum would
+                    # show one replica's share of the tier's C.
+                    f"sum by (tier, stat) (tiergate_regime_concurrency{{{TIER}}})",
                     "{{tier}} {{stat}}",
                 ),
             ),

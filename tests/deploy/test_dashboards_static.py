@@ -8,6 +8,7 @@ from typing import Any, Final
 
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry
 
 from tests.deploy.support import (
     DEPLOY,
@@ -124,3 +125,31 @@ def test_provisioning_points_at_the_dashboards_and_prometheus() -> None:
     compose = yaml.safe_load((DEPLOY / "compose" / "docker-compose.gpu.yml").read_text())
     mounts = compose["services"]["grafana"]["volumes"]
     assert f"../grafana/dashboards:{provider['options']['path']}:ro" in mounts
+
+
+def _summed_gauges() -> set[str]:
+    """The gateway's gauges whose workers' values add up (each sees its share of traffic)."""
+    from prometheus_client import Gauge
+
+    from gateway.metrics import GatewayMetrics
+
+    metrics = GatewayMetrics(CollectorRegistry())
+    return {
+        gauge._name
+        for gauge in vars(metrics).values()
+        if isinstance(gauge, Gauge) and gauge._multiprocess_mode in ("sum", "livesum")
+    }
+
+
+def test_gauges_summed_over_workers_are_summed_over_replicas() -> None:
+    """Replicas split the traffic as a replica's workers do: a maximum over them would show
+    one replica's share (the observer's C of a tier behind two replicas, halved)."""
+    summed = _summed_gauges()
+    assert summed  # the regime's concurrency at least
+    wrong = {}
+    for query in panel_queries():
+        for metric in summed & metric_names(concrete(query.expr)):
+            aggregation = re.search(rf"(\w+)\s+by\s*\([^)]*\)\s*\(\s*{metric}\b", query.expr)
+            if aggregation is None or aggregation.group(1) != "sum":
+                wrong[query.key] = metric
+    assert not wrong, wrong
