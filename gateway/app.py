@@ -39,7 +39,7 @@ from gateway.backends.tier import TierBackend, build_tiers, endpoints_by_url
 from gateway.config import ConfigError, Settings, load_settings, resolve_secret
 from gateway.errors import InvalidRequestError, MethodNotAllowedError, NotFoundError
 from gateway.live.observer import LiveObserver
-from gateway.metrics import BackendCollector, GatewayMetrics, RoutingCollector
+from gateway.metrics import BackendCollector, GatewayMetrics, RoutingCollector, WorkerLoad
 from gateway.protocol import EndpointKind
 from gateway.proxy.channel import Receive, Send
 from gateway.proxy.events import ExchangeListener
@@ -112,6 +112,8 @@ class Gateway:
         self.metrics = GatewayMetrics(self.registry, {"router_build": router_build()})
         self.registry.register(BackendCollector(self._backend_samples))
         self.registry.register(RoutingCollector(self._routing_verdicts))
+        # Several workers: each writes its load for the others' scrapes to sum.
+        self.worker_load = WorkerLoad() if os.environ.get(MULTIPROC_ENV) else None
         self.admission = Admission(
             _redis_client(settings, self.environ),
             prefix=settings.shared_limits.key_prefix,
@@ -353,6 +355,11 @@ class Gateway:
         while True:
             await asyncio.sleep(1.0)
             self.metrics.flush()
+            self._publish_load()
+
+    def _publish_load(self) -> None:
+        if self.worker_load is not None:
+            self.worker_load.publish(*self._backend_samples())
 
     def _backend_samples(self) -> tuple[list[EndpointSample], list[TierSample]]:
         tiers = self.runtime.tiers
@@ -380,11 +387,12 @@ class Gateway:
         directory = os.environ.get(MULTIPROC_ENV)
         if not directory:
             return generate_latest(self.registry), CONTENT_TYPE_LATEST
-        # Several worker processes: counters and histograms live in files shared by all
-        # workers; this worker's backend view is added from its own state.
+        # Several worker processes: counters, histograms and the workers' load live in files
+        # shared by all workers; this worker's view of the backends is added from its state.
+        self._publish_load()
         merged = CollectorRegistry()
         multiprocess.MultiProcessCollector(merged, directory)  # type: ignore[no-untyped-call]
-        merged.register(BackendCollector(self._backend_samples))
+        merged.register(BackendCollector(self._backend_samples, load=self.worker_load is None))
         merged.register(RoutingCollector(self._routing_verdicts))
         return generate_latest(merged), CONTENT_TYPE_LATEST
 

@@ -455,11 +455,23 @@ class RoutingCollector:
         yield pays
 
 
-class BackendCollector:
-    """Endpoint and tier state read at scrape time, so the hot path sets no gauges."""
+_INFLIGHT_HELP: Final = "Requests in flight per endpoint."
+_QUEUE_HELP: Final = "Requests waiting at the gateway for a tier slot."
 
-    def __init__(self, source: Callable[[], tuple[list[EndpointSample], list[TierSample]]]) -> None:
+
+class BackendCollector:
+    """Endpoint and tier state read at scrape time, so the hot path sets no gauges.
+
+    Without `load`, in-flight and queued requests are left to WorkerLoad (`--workers N`)."""
+
+    def __init__(
+        self,
+        source: Callable[[], tuple[list[EndpointSample], list[TierSample]]],
+        *,
+        load: bool = True,
+    ) -> None:
         self.source = source
+        self.load = load
 
     def collect(self) -> Iterator[Metric]:
         endpoints, tiers = self.source()
@@ -475,23 +487,54 @@ class BackendCollector:
             labels=["tier", "endpoint"],
         )
         inflight = GaugeMetricFamily(
-            "tiergate_inflight_requests",
-            "Requests in flight per endpoint.",
-            labels=["tier", "endpoint"],
+            "tiergate_inflight_requests", _INFLIGHT_HELP, labels=["tier", "endpoint"]
         )
         for sample in endpoints:
             labels = [sample.tier, sample.endpoint]
             up.add_metric(labels, 1.0 if sample.up else 0.0)
             circuit.add_metric(labels, float(sample.circuit_state))
             inflight.add_metric(labels, float(sample.inflight))
-        queue = GaugeMetricFamily(
-            "tiergate_queue_depth",
-            "Requests waiting at the gateway for a tier slot.",
-            labels=["tier"],
-        )
+        queue = GaugeMetricFamily("tiergate_queue_depth", _QUEUE_HELP, labels=["tier"])
         for tier in tiers:
             queue.add_metric([tier.tier], float(tier.queued))
-        yield from (up, circuit, inflight, queue)
+        yield from (up, circuit)
+        if self.load:
+            yield from (inflight, queue)
+
+
+class WorkerLoad:
+    """One worker's in-flight and queued requests under `--workers N`, written to the
+    multiprocess files so that any worker's /metrics sums them over the live workers: read
+    at scrape time, they would be the answering worker's share alone."""
+
+    def __init__(self) -> None:
+        self.inflight = Gauge(
+            "tiergate_inflight_requests",
+            _INFLIGHT_HELP,
+            ["tier", "endpoint"],
+            registry=None,
+            multiprocess_mode="livesum",
+        )
+        self.queued = Gauge(
+            "tiergate_queue_depth",
+            _QUEUE_HELP,
+            ["tier"],
+            registry=None,
+            multiprocess_mode="livesum",
+        )
+        self._published: set[tuple[Gauge, tuple[str, ...]]] = set()
+
+    def publish(self, endpoints: list[EndpointSample], tiers: list[TierSample]) -> None:
+        values: dict[tuple[Gauge, tuple[str, ...]], int] = {
+            (self.inflight, (s.tier, s.endpoint)): s.inflight for s in endpoints
+        }
+        values.update({(self.queued, (t.tier,)): t.queued for t in tiers})
+        # A series stays in the files once written: one a reload removed reads 0.
+        for gone in self._published - values.keys():
+            values[gone] = 0
+        for (gauge, labels), value in values.items():
+            gauge.labels(*labels).set(value)
+        self._published = set(values)
 
 
 __all__ = [
@@ -500,4 +543,5 @@ __all__ = [
     "BackendCollector",
     "GatewayMetrics",
     "RoutingCollector",
+    "WorkerLoad",
 ]
