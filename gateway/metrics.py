@@ -111,6 +111,13 @@ class GatewayMetrics:
             ["tenant", "baseline"],
             registry=registry,
         )
+        self.baseline_cost = Counter(
+            "tiergate_estimated_baseline_cost",
+            "Estimated cost of the routed requests (pinned ones excluded) had the baseline tier "
+            "served them all: what savings and overspend are a share of.",
+            ["tenant", "baseline"],
+            registry=registry,
+        )
         self.escalations = Counter(
             "tiergate_escalations",
             "Requests served by a tier other than the decided one, by from, to and reason.",
@@ -363,12 +370,23 @@ class GatewayMetrics:
         top = self.tenant_top_tier.get(tenant, -1)
         if top >= len(costs):  # recorded under a ladder a reload has since changed
             top = -1
-        self._credit(add, tenant, "top_tier", tokens * costs[top] - served_cost)
+        self._credit(add, tenant, "top_tier", tokens * costs[top], served_cost)
         floor = self.uniform_floor_tier.get(tenant)
         if floor is not None and floor < len(costs):
-            self._credit(add, tenant, "uniform_floor", tokens * costs[floor] - served_cost)
+            self._credit(add, tenant, "uniform_floor", tokens * costs[floor], served_cost)
 
-    def _credit(self, add: Callable[..., None], tenant: str, baseline: str, saved: float) -> None:
+    def _credit(
+        self,
+        add: Callable[..., None],
+        tenant: str,
+        baseline: str,
+        baseline_cost: float,
+        served_cost: float,
+    ) -> None:
+        # The baseline's own cost over the same requests, so that a share of it leaves out
+        # what pinned requests cost (they count in the cost, not in savings).
+        add(self.baseline_cost, (tenant, baseline), baseline_cost)
+        saved = baseline_cost - served_cost
         if saved >= 0:
             add(self.savings, (tenant, baseline), saved)
         else:

@@ -44,6 +44,16 @@ def _net_savings(baseline: str, fn: str = "rate", window: str = W) -> str:
     return f"({saved} or 0 * {over})\n-\n({over} or 0 * {saved})"
 
 
+def _net_savings_share(baseline: str) -> str:
+    # Of the baseline's cost over the same (routed) requests: the cost counter also holds
+    # pinned requests, which count in neither savings nor overspend.
+    baseline_cost = _sum(
+        "tenant",
+        _rate("tiergate_estimated_baseline_cost_total", f'{TENANT}, baseline="{baseline}"'),
+    )
+    return _ratio(f"({_net_savings(baseline)})", baseline_cost)
+
+
 _SERVED = f'{TENANT}, {TIER}, tier!="_none"'
 _TOP = f'{TENANT}, baseline="top_tier"'
 _PREDICTED = f"max by (tenant, tier) (tiergate_calibration_predicted_adequacy{{{TENANT}, {TIER}}})"
@@ -244,49 +254,18 @@ SAVINGS: Final = Dashboard(
         Row("Savings"),
         Panel(
             "Saved by routing: net, against the uniform floor (share of its cost)",
-            "(savings - overspend) / baseline cost, against the cheapest uniform tier meeting "
-            "the tenant's floor. Below zero, routing costs more than that uniform tier.",
-            (
-                Query(
-                    _ratio(
-                        f"({_net_savings('uniform_floor')})",
-                        "(\n"
-                        + _sum("tenant", _rate("tiergate_estimated_cost_total", TENANT))
-                        + f"\n+\n({_net_savings('uniform_floor')})\n)",
-                    ),
-                    "{{tenant}}",
-                ),
-            ),
+            "(savings - overspend) / what the cheapest uniform tier meeting the tenant's floor "
+            "would have cost for the same routed requests (pinned ones are left out). Below "
+            "zero, routing costs more than that uniform tier.",
+            (Query(_net_savings_share("uniform_floor"), "{{tenant}}"),),
             unit="percentunit",
         ),
         Panel(
             "Below the all-top-tier bill (precision and routing together)",
-            "savings / (cost + savings) against serving everything on the best tier the tenant "
-            "may use. Most of it can come from a cheaper precision alone: routing's own saving "
-            "is the uniform-floor panel.",
-            (
-                Query(
-                    _ratio(
-                        _sum(
-                            "tenant",
-                            _rate(
-                                "tiergate_estimated_savings_total", f'{TENANT}, baseline="top_tier"'
-                            ),
-                        ),
-                        "(\n"
-                        + _sum("tenant", _rate("tiergate_estimated_cost_total", TENANT))
-                        + "\n+\n"
-                        + _sum(
-                            "tenant",
-                            _rate(
-                                "tiergate_estimated_savings_total", f'{TENANT}, baseline="top_tier"'
-                            ),
-                        )
-                        + "\n)",
-                    ),
-                    "{{tenant}}",
-                ),
-            ),
+            "(savings - overspend) / what the best tier the tenant may use would have cost for "
+            "the same routed requests (pinned ones are left out). Most of it can come from a "
+            "cheaper precision alone: routing's own saving is the uniform-floor panel.",
+            (Query(_net_savings_share("top_tier"), "{{tenant}}"),),
             unit="percentunit",
         ),
         Panel(

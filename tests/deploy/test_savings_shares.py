@@ -1,0 +1,83 @@
+"""The Savings dashboard's shares, evaluated by promtool on the counters the gateway exports
+for a known mix of routed and pinned requests."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Final
+
+import yaml
+from prometheus_client import CollectorRegistry
+
+from gateway.metrics import GatewayMetrics
+from gateway.stats import Ladder, RequestRecord
+from tests.deploy.support import concrete, panel_queries, require_binary
+
+LADDER: Final = Ladder(("nvfp4", "w4a16", "bf16"), (0.25, 0.5, 1.0))
+STEP_S: Final = 15
+
+
+def _one_step_of_counters() -> dict[str, float]:
+    """Counter samples after one step of traffic from tenant t (floor w4a16, top bf16):
+    six routed to nvfp4, two routed to bf16, one pinned to bf16; 100 tokens each."""
+    registry = CollectorRegistry()
+    metrics = GatewayMetrics(registry)
+    metrics.uniform_floor_tier["t"] = 1
+    metrics.tenant_top_tier["t"] = 2
+    for served, reason in [(0, "router")] * 6 + [(2, "router")] * 2 + [(2, "pinned")]:
+        metrics.record(
+            RequestRecord(
+                "t", "chat", LADDER, 200, decided_tier=served, served_tier=served,
+                reason=reason, prompt_tokens=60, completion_tokens=40,
+            )
+        )  # fmt: skip
+    metrics.flush()
+    return {
+        sample.name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items())) + "}":
+        sample.value
+        for family in registry.collect() if family.type == "counter"
+        for sample in family.samples if sample.name.startswith("tiergate_estimated_")
+    }  # fmt: skip
+
+
+def test_savings_shares_are_of_the_baselines_cost_for_the_routed_requests(
+    tmp_path: Path,
+) -> None:
+    # Routed: nvfp4 costs 150 where w4a16 would cost 300 and bf16 600; bf16 costs 200 where
+    # w4a16 would cost 100. Net against the floor 150 - 100 of 400, against the top tier
+    # 450 of 800. The pinned request costs 100 and is no part of either.
+    expected = {"floor (share of its cost)": 0.125, "bill (precision and routing": 0.5625}
+    steps = 40
+    series = [
+        {"series": name, "values": f"0+{value}x{steps}"}
+        for name, value in _one_step_of_counters().items()
+    ]
+    panels = {
+        query.panel: concrete(query.expr)
+        for query in panel_queries()
+        if query.dashboard == "tiergate-savings"
+    }
+    tests = []
+    for fragment, value in expected.items():
+        (expr,) = [expr for panel, expr in panels.items() if fragment in panel]
+        tests.append(
+            {
+                # 1 where the share is the value (rate's extrapolation leaves float noise).
+                "expr": f"abs(({expr}) - {value}) < bool 1e-9",
+                "eval_time": f"{steps * STEP_S // 2}s",
+                "exp_samples": [{"labels": '{tenant="t"}', "value": 1}],
+            }
+        )
+    spec = {
+        "rule_files": [],
+        "evaluation_interval": "15s",
+        "tests": [{"interval": f"{STEP_S}s", "input_series": series, "promql_expr_test": tests}],
+    }
+    path = tmp_path / "savings_test.yml"
+    path.write_text(yaml.safe_dump(spec), encoding="utf-8")
+    result = subprocess.run(
+        [require_binary("promtool"), "test", "rules", path.name],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
