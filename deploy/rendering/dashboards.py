@@ -748,15 +748,25 @@ BACKENDS: Final = Dashboard(
         ),
         Panel(
             "Upstream failure ratio by tier",
-            "Share of attempts that did not get an answer.",
+            "Share of attempts that did not get an answer, leaving out those whose client "
+            "left first (client_gone: no verdict on the tier).",
             (
                 Query(
                     _ratio(
                         _sum(
                             "tier",
-                            _rate("tiergate_upstream_attempts_total", f'{TIER}, outcome!="ok"'),
+                            _rate(
+                                "tiergate_upstream_attempts_total",
+                                f'{TIER}, outcome!~"ok|client_gone"',
+                            ),
                         ),
-                        _sum("tier", _rate("tiergate_upstream_attempts_total", TIER)),
+                        _sum(
+                            "tier",
+                            _rate(
+                                "tiergate_upstream_attempts_total",
+                                f'{TIER}, outcome!="client_gone"',
+                            ),
+                        ),
                     ),
                     "{{tier}}",
                 ),
