@@ -291,7 +291,7 @@ SAVINGS: Final = Dashboard(
             width=8,
         ),
         Panel(
-            "Routing pays (pre-test)",
+            "Routing pays (tuned on validation)",
             "1: routing beats the cheapest uniform tier on validation data; 0: the thresholds "
             "fall back to that uniform tier.",
             (Query(f"max by (tenant) (tiergate_routing_pays{{{TENANT}}})", "{{tenant}}"),),
