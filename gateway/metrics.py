@@ -250,6 +250,13 @@ class GatewayMetrics:
             registry=registry,
             multiprocess_mode="livemax",
         )
+        self.shadow_cost = Counter(
+            "tiergate_shadow_cost",
+            "Estimated cost of shadow replays on the top tier, by tenant; also counted as "
+            "overspend against every baseline (what checking the router costs).",
+            ["tenant"],
+            registry=registry,
+        )
         self.recalibrations = Counter(
             "tiergate_recalibrations",
             "Online recalibrations swapped in, by tenant.",
@@ -374,6 +381,14 @@ class GatewayMetrics:
         floor = self.uniform_floor_tier.get(tenant)
         if floor is not None and floor < len(costs):
             self._credit(add, tenant, "uniform_floor", tokens * costs[floor], served_cost)
+
+    def record_shadow_cost(self, tenant: str, cost: float) -> None:
+        """A shadow replay's estimated cost: spent only because requests are routed, so
+        routing's savings are net of it (off the hot path: counted at once)."""
+        self.shadow_cost.labels(tenant).inc(cost)
+        self.overspend.labels(tenant, "top_tier").inc(cost)
+        if self.uniform_floor_tier.get(tenant) is not None:
+            self.overspend.labels(tenant, "uniform_floor").inc(cost)
 
     def _credit(
         self,

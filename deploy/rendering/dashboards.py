@@ -316,12 +316,14 @@ SAVINGS: Final = Dashboard(
         ),
         Panel(
             "Estimated cost by serving tier",
-            "Tokens times the tier's relative cost (top tier = 1), per second.",
+            "Tokens times the tier's relative cost (top tier = 1), per second; shadow replays "
+            "(on the top tier, counted as routing's overspend) on top.",
             (
                 Query(
                     _sum("tier", _rate("tiergate_estimated_cost_total", f"{TENANT}, {TIER}")),
                     "{{tier}}",
                 ),
+                Query(_sum("", _rate("tiergate_shadow_cost_total", TENANT)), "shadow replays"),
             ),
             stack=True,
         ),

@@ -28,6 +28,7 @@ from gateway.backends.tier import TierBackend
 from gateway.config import Settings
 from gateway.metrics import GatewayMetrics
 from gateway.observer.completions import completion_texts
+from gateway.proxy.rewrite import usage_counts
 from gateway.shadow.judges import decides_stochastic, judge
 from gateway.shadow.labels import LabelLog
 from gateway.shadow.monitor import CalibrationMonitor, Label
@@ -383,6 +384,11 @@ class ShadowSampler:
             endpoint.slot_freed()
         if response.status != 200:
             return None
+        counts = usage_counts(body)
+        if counts is not None:
+            self.metrics.record_shadow_cost(
+                exchange.tenant, sum(counts) * target.settings.relative_cost
+            )
         texts = completion_texts(body)
         return texts[0] if texts else None
 

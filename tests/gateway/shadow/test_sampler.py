@@ -97,6 +97,12 @@ def test_shadow_labels_match_the_quality_model(ladder: Ladder, tmp_path: Path) -
         assert gw.metric("tiergate_calibration_observed_adequacy", labels) == sum(truth) / 20
         drift = view["observed"] < 0.9 - 0.1
         assert gw.metric("tiergate_calibration_drift", labels) == float(drift)
+        # The replays' cost (bf16, cost 1.0 per token) is routing's overspend against the top
+        # tier; nvfp4's own answers cost less than the top tier's, so it is all of it.
+        shadow_cost = gw.metric("tiergate_shadow_cost_total", {"tenant": "default"})
+        assert shadow_cost >= 20 * 2  # 20 replays of a prompt and an answer
+        overspend = {"tenant": "default", "baseline": "top_tier"}
+        assert gw.metric("tiergate_estimated_overspend_total", overspend) == shadow_cost
 
 
 def test_without_kept_text_the_log_holds_features_and_no_text(
