@@ -469,8 +469,8 @@ class _PendingHistogram:
 
 
 class RoutingCollector:
-    """Whether routing pays per tenant (tune's verdict), read at scrape time from the running policy,
-    so a reload that drops a tenant's alpha (or the tenant) drops its series too."""
+    """Whether routing pays per tenant (tune's verdict), read at scrape time from the running
+    policy, so a reload that drops a tenant's alpha (or the tenant) drops its series too."""
 
     def __init__(self, source: Callable[[], Mapping[str, bool]]) -> None:
         self.source = source

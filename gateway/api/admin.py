@@ -91,7 +91,8 @@ async def tenants(request: Request, gateway: Gateway) -> Any:
 
 
 def routing_view(policy: object, tenant: str, names: list[str]) -> dict[str, Any] | None:
-    """A tenant's thresholds, where they came from and whether routing pays (tune's verdict; router only)."""
+    """A tenant's thresholds, where they came from and whether routing pays (tune's verdict;
+    router only)."""
     from gateway.routing.router import RouterPolicy
 
     if not isinstance(policy, RouterPolicy) or tenant not in policy.routing:
