@@ -130,6 +130,22 @@ class UpstreamError(TiergateError):
     type = "upstream_error"
     default_code = "upstream_failed"
 
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool = True,
+        param: str | None = None,
+        code: str | None = None,
+    ):
+        super().__init__(message, param=param, code=code)
+        self.retryable = retryable
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        # The OpenAI SDKs retry every 5xx unless told otherwise; a failure that the request
+        # itself causes would only fail alike again, on every tier, once per retry.
+        return [] if self.retryable else [(b"x-should-retry", b"false")]
+
 
 class ServiceUnavailableError(UpstreamError):
     status = 503

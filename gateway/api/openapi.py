@@ -50,6 +50,11 @@ _HEADERS: dict[str, Any] = {
         "required": True,
         "schema": {"type": "integer", "minimum": 1},
     },
+    "ShouldRetry": {
+        "description": "`false` on a 502 the request itself caused (every endpoint failed on "
+        "it alike, or its answer is over the size limit): the OpenAI SDKs then do not retry",
+        "schema": {"type": "string", "enum": ["false"]},
+    },
     "Tier": {
         "description": "The tier that served the request",
         "required": True,
@@ -74,6 +79,7 @@ def _headers(*names: str) -> dict[str, Any]:
             ("x-request-id", "RequestId"),
             ("retry-after", "RetryAfter"),
             ("retry-after-ms", "RetryAfterMs"),
+            ("x-should-retry", "ShouldRetry"),
             ("x-tiergate-tier", "Tier"),
             ("x-tiergate-overhead-ms", "OverheadMs"),
             ("x-tiergate-p", "Probability"),
@@ -82,14 +88,20 @@ def _headers(*names: str) -> dict[str, Any]:
     }
 
 
+# Errors that ask for a wait, or may ask not to be retried; the others carry the id alone.
+_ERROR_HEADERS: dict[int, dict[str, Any]] = {
+    429: _headers("RequestId", "RetryAfter", "RetryAfterMs"),
+    502: _headers("RequestId", "ShouldRetry"),
+    503: _headers("RequestId", "RetryAfter", "RetryAfterMs"),
+}
+
+
 def _error_responses(*codes: int) -> dict[str, Any]:
     """Errors under /v1: each carries its request id, and a wait where it asks for one."""
     return {
         str(code): {
             "description": "OpenAI-shaped error",
-            "headers": _headers("RequestId", "RetryAfter", "RetryAfterMs")
-            if code in (429, 503)
-            else _headers("RequestId"),
+            "headers": _ERROR_HEADERS.get(code, _headers("RequestId")),
             "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
         }
         for code in codes

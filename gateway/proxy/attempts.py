@@ -222,7 +222,9 @@ def _body_failed(exc: UpstreamFailure, status: int) -> AttemptFailed:
     answer, however it ended. (A timeout here is the request's deadline, handled before.)"""
     if isinstance(exc, UpstreamTooLarge):
         return AttemptFailed(
-            TOO_LARGE, UpstreamError(f"The upstream answer is too large: {exc}."), final=True
+            TOO_LARGE,
+            UpstreamError(f"The upstream answer is too large: {exc}.", retryable=False),
+            final=True,
         )
     failure = _classified(exc)
     if status in CLIENT_ERRORS:

@@ -306,7 +306,8 @@ class ProxyService:
         if failures.request_blamed:
             raise UpstreamError(
                 f"{failures.last.message} Every endpoint tried failed on this request alike "
-                f"({len(failures.suspects)}); none is blamed for it."
+                f"({len(failures.suspects)}); none is blamed for it.",
+                retryable=False,
             )
         raise failures.last
 

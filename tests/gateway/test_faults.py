@@ -199,6 +199,27 @@ def test_a_request_every_engine_fails_on_ejects_nobody(fault_ladder: Ladder) -> 
         assert status == 200 and headers["x-tiergate-tier"] == "nvfp4"  # still in service
 
 
+def test_the_openai_sdk_does_not_retry_a_request_every_engine_fails_on(
+    fault_ladder: Ladder,
+) -> None:
+    """The SDK retries every 5xx unless `x-should-retry: false` says not to; a request that
+    failed alike on every endpoint would fail alike again, once per tier and per retry."""
+    from openai import InternalServerError, OpenAI
+
+    for sim in fault_ladder.sims:
+        sim.faults(error_rate=1.0)
+    with GatewayThread(settings(fault_ladder), policy_factory=fixed_policy(0)) as gw:
+        client = OpenAI(base_url=f"{gw.url}/v1", api_key=API_KEY, max_retries=2, timeout=20)
+        with pytest.raises(InternalServerError) as raised:
+            client.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": "hello"}], max_tokens=8
+            )
+        assert raised.value.status_code == 502
+        assert raised.value.response.headers["x-should-retry"] == "false"
+        for tier in ("nvfp4", "w4a16", "bf16"):
+            assert attempts(gw, tier, "status_5xx") == 1  # one try per tier, no SDK retry
+
+
 def test_two_broken_tiers_are_ejected_while_the_top_serves(fault_ladder: Ladder) -> None:
     """Engine 500s from two tiers while the top tier serves the same requests: the 500s were
     the endpoints' own, so their circuits count them and open."""

@@ -295,13 +295,16 @@ def test_a_json_answer_no_other_endpoint_should_make_is_not_retried(
             cheap.reply = Reply(status=400, body=b'{"error":', declared_length=100)
         settings = two_tiers(cheap, top)
         with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
-            status, _, body = call(
+            status, headers, body = call(
                 gw, {"model": MODEL, "messages": [{"role": "user", "content": "x"}]}
             )
             assert status == 502 and orjson.loads(body)["error"]["message"]
             assert top.received == []
             circuit = gw.app.runtime.tiers[0].endpoints[0].circuit
             assert circuit.consecutive_failures == (0 if case == "too_large" else 1)
+            # The OpenAI SDKs would generate the oversized answer again on each retry.
+            too_large = case == "too_large"
+            assert (headers.get("x-should-retry") == "false") == too_large
 
 
 def test_completions_endpoint_forwards_to_completions(
