@@ -174,7 +174,9 @@ class Attempter:
                 endpoint.pool.render(
                     b"POST", path, payload, b"x-request-id: %s\r\n" % exchange.record.request_id
                 ),
-                first_byte_timeout_s=self.timeouts.first_byte_s,
+                first_byte_timeout_s=_first_byte_wait(
+                    exchange.record.stream, self.timeouts.first_byte_s, remaining
+                ),
                 total_timeout_s=remaining,
                 started=current,
             )
@@ -207,6 +209,15 @@ class Attempter:
             else f"Upstream answered HTTP {status}."
         )
         raise AttemptFailed(outcome, error, judged_later=status not in GATEWAY_FAILURES)
+
+
+def _first_byte_wait(stream: bool, first_byte_s: float, remaining_s: float) -> float:
+    """How long an attempt may wait for the response headers. vLLM sends a JSON answer's
+    headers only once its generation has ended, so for a JSON request that wait is the whole
+    answer: total_s bounds it, as it bounds a stream's body. first_byte_s there would take
+    every answer longer than it for a stalled engine: escalated, generated again up the
+    ladder, and counted against each healthy endpoint's circuit."""
+    return first_byte_s if stream else remaining_s
 
 
 def _past_deadline() -> AttemptFailed:

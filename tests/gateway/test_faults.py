@@ -112,10 +112,35 @@ def test_slow_tier_times_out_then_escalates(fault_ladder: Ladder) -> None:
     fault_ladder.sims[0].faults(added_latency_s=3.0)
     with GatewayThread(settings(fault_ladder), policy_factory=fixed_policy(0)) as gw:
         started = time.monotonic()
-        status, headers, _ = chat(gw)
+        status, headers, _ = chat(gw, stream=True)
         assert status == 200 and headers["x-tiergate-tier"] == "w4a16"
         assert time.monotonic() - started < 2.5  # first_byte_s = 1, not the 3 s stall
         assert attempts(gw, "nvfp4", "timeout") == 1
+
+
+def test_a_json_answer_longer_than_first_byte_s_is_no_stall() -> None:
+    """vLLM sends a JSON answer's headers when its generation ends: an answer that takes
+    longer than first_byte_s (1 s) is served by its tier, not escalated, and no circuit
+    counts it (before, such requests ejected every healthy tier)."""
+    slow = Ladder.start(extra_args=("--time-scale", "20"))  # 600 tokens take seconds
+    try:
+        with GatewayThread(settings(slow), policy_factory=fixed_policy(0)) as gw:
+            body = {
+                "model": MODEL,
+                "messages": [{"role": "user", "content": "hello there"}],
+                "max_tokens": 600,
+                "ignore_eos": True,
+            }
+            started = time.monotonic()
+            reply = send("POST", f"{gw.url}/v1/chat/completions", body)
+            assert reply.status == 200 and reply.headers["x-tiergate-tier"] == "nvfp4"
+            assert time.monotonic() - started > 1.0  # longer than first_byte_s
+            assert json.loads(reply.body)["usage"]["completion_tokens"] == 600
+            assert attempts(gw, "nvfp4", "ok") == 1
+            circuits = [e.circuit for t in gw.app.runtime.tiers for e in t.endpoints]
+            assert [c.consecutive_failures for c in circuits] == [0, 0, 0]
+    finally:
+        slow.stop()
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "json"])
