@@ -52,7 +52,8 @@ _HEADERS: dict[str, Any] = {
     },
     "ShouldRetry": {
         "description": "`false` on a 502 the request itself caused (every endpoint failed on "
-        "it alike, or its answer is over the size limit): the OpenAI SDKs then do not retry",
+        "it alike, or its answer is over the size limit) and on a 504 at the request's own "
+        "total_s deadline: the OpenAI SDKs then do not retry",
         "schema": {"type": "string", "enum": ["false"]},
     },
     "Tier": {
@@ -92,6 +93,7 @@ def _headers(*names: str) -> dict[str, Any]:
 _ERROR_HEADERS: dict[int, dict[str, Any]] = {
     429: _headers("RequestId", "RetryAfter", "RetryAfterMs"),
     502: _headers("RequestId", "ShouldRetry"),
+    504: _headers("RequestId", "ShouldRetry"),
     503: _headers("RequestId", "RetryAfter", "RetryAfterMs"),
 }
 

@@ -222,7 +222,8 @@ def _first_byte_wait(stream: bool, first_byte_s: float, remaining_s: float) -> f
 
 def _past_deadline() -> AttemptFailed:
     """The request's total_s is spent: no endpoint is to blame, and none is tried next."""
-    late = UpstreamTimeoutError("The request passed its total_s deadline.")
+    # Not to be retried: the OpenAI SDKs would wait up to total_s again, twice.
+    late = UpstreamTimeoutError("The request passed its total_s deadline.", retryable=False)
     return AttemptFailed(DEADLINE, late, final=True)
 
 

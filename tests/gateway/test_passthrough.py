@@ -270,10 +270,11 @@ def test_a_request_whose_own_deadline_runs_out_before_the_first_byte_blames_nobo
         cheap.reply = Reply(delay_s=2.0)
         settings = two_tiers(cheap, top, first_byte_s=5.0, total_s=1.0)
         with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
-            status, _, body = call(
+            status, headers, body = call(
                 gw, {"model": MODEL, "messages": [{"role": "user", "content": "x"}]}
             )
             assert status == 504 and "total_s" in orjson.loads(body)["error"]["message"]
+            assert headers.get("x-should-retry") == "false"  # the SDKs would wait it out again
             assert gw.app.runtime.tiers[0].endpoints[0].circuit.consecutive_failures == 0
             assert top.received == []
             labels = {"tier": "nvfp4", "endpoint": cheap.url, "outcome": "deadline"}
