@@ -207,6 +207,7 @@ def test_stop_strings_as_vllms(both: Pair) -> None:
         ("/tokenize", {"messages": [1]}),
         ("/v1/completions", {**TEXT, "n": 2}),
         ("/v1/completions", {**TEXT, "suffix": "the end"}),
+        ("/v1/chat/completions", {**CHAT, "stream_options": {"include_usage": True}}),
     ],
     ids=[
         "top_logprobs-without-logprobs",
@@ -215,6 +216,7 @@ def test_stop_strings_as_vllms(both: Pair) -> None:
         "tokenize-malformed-messages",
         "greedy-with-n-2",
         "suffix",
+        "stream_options-without-stream",
     ],
 )
 def test_the_same_client_errors(both: Pair, path: str, body: dict[str, Any]) -> None:
