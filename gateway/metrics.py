@@ -222,6 +222,21 @@ class GatewayMetrics:
             ["tenant", "tier", "adequate"],
             registry=registry,
         )
+        # Sums rather than means, so that Prometheus can add workers and replicas up: the
+        # window gauges below are one process's view, and two maxima may come from two.
+        self.shadow_predicted = Counter(
+            "tiergate_shadow_predicted_adequacy",
+            "Sum of the predicted P(adequate) of shadow-labelled requests that had one; over "
+            "tiergate_shadow_scored_labels_total it is their mean predicted adequacy.",
+            ["tenant", "tier"],
+            registry=registry,
+        )
+        self.shadow_scored = Counter(
+            "tiergate_shadow_scored_labels",
+            "Shadow labels of requests that had a predicted P(adequate), by verdict.",
+            ["tenant", "tier", "adequate"],
+            registry=registry,
+        )
         self.calibration_predicted = Gauge(
             "tiergate_calibration_predicted_adequacy",
             "Mean predicted P(adequate) of shadow-labelled requests over the recent window.",

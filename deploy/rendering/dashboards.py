@@ -56,8 +56,23 @@ def _net_savings_share(baseline: str) -> str:
 
 _SERVED = f'{TENANT}, {TIER}, tier!="_none"'
 _TOP = f'{TENANT}, baseline="top_tier"'
-_PREDICTED = f"max by (tenant, tier) (tiergate_calibration_predicted_adequacy{{{TENANT}, {TIER}}})"
-_OBSERVED = f"max by (tenant, tier) (tiergate_calibration_observed_adequacy{{{TENANT}, {TIER}}})"
+# Means over the last hour of shadow labels that had a prediction, from sums that add up over
+# workers and replicas (the window gauges are one process's view each).
+_SCORED = _sum(
+    "tenant, tier", f"increase(tiergate_shadow_scored_labels_total{{{TENANT}, {TIER}}}[1h])"
+)
+_AGREED = _sum(
+    "tenant, tier",
+    f'increase(tiergate_shadow_scored_labels_total{{{TENANT}, {TIER}, adequate="true"}}[1h])',
+)
+_PREDICTED = _ratio(
+    _sum(
+        "tenant, tier",
+        f"increase(tiergate_shadow_predicted_adequacy_total{{{TENANT}, {TIER}}}[1h])",
+    ),
+    _SCORED,
+)
+_OBSERVED = _ratio(f"({_AGREED} or 0 * {_SCORED})", _SCORED)
 
 TRAFFIC: Final = Dashboard(
     uid="tiergate-traffic",
@@ -417,7 +432,7 @@ CALIBRATION: Final = Dashboard(
         Panel(
             "Predicted and observed adequacy per tier",
             "Mean predicted P(adequate) of shadow-labelled requests, and the share the top "
-            "tier agreed with, over the recent window.",
+            "tier agreed with, over the last hour (all workers and replicas).",
             (
                 Query(_PREDICTED, "{{tenant}} {{tier}} predicted"),
                 Query(_OBSERVED, "{{tenant}} {{tier}} observed"),
@@ -429,7 +444,7 @@ CALIBRATION: Final = Dashboard(
         Panel(
             "Observed minus predicted adequacy",
             "Below zero the router is over-confident for that tier.",
-            (Query(f"{_OBSERVED}\n-\n{_PREDICTED}", "{{tenant}} {{tier}}"),),
+            (Query(f"({_OBSERVED})\n-\n({_PREDICTED})", "{{tenant}} {{tier}}"),),
             unit="percentunit",
         ),
         Panel(

@@ -405,6 +405,11 @@ class ShadowSampler:
             predicted = exchange.probabilities[labelled]
         elif exchange.probability is not None and labelled == exchange.tier_index:
             predicted = exchange.probability
+        if predicted is not None:
+            self.metrics.shadow_predicted.labels(exchange.tenant, tier).inc(predicted)
+            self.metrics.shadow_scored.labels(
+                exchange.tenant, tier, "true" if adequate else "false"
+            ).inc()
         self.monitor.add(
             exchange.tenant, tier, Label(predicted, exchange.score, adequate, self.clock())
         )

@@ -93,8 +93,8 @@ def test_the_issue_s_dashboards_are_there() -> None:
             "tiergate_gateway_overhead_seconds_bucket",
         ],
         "tiergate-calibration": [
-            "tiergate_calibration_predicted_adequacy",
-            "tiergate_calibration_observed_adequacy",
+            "tiergate_shadow_predicted_adequacy_total",
+            "tiergate_shadow_scored_labels_total",
             "tiergate_calibration_ece",
             "tiergate_calibration_drift",
         ],

@@ -95,6 +95,10 @@ def test_shadow_labels_match_the_quality_model(ladder: Ladder, tmp_path: Path) -
             "tiergate_shadow_labels_total", {**labels, "adequate": "false"}
         ) == 20 - sum(truth)
         assert gw.metric("tiergate_calibration_observed_adequacy", labels) == sum(truth) / 20
+        # The sums the dashboards divide (they add up over workers and replicas).
+        assert gw.metric("tiergate_shadow_predicted_adequacy_total", labels) == pytest.approx(18)
+        scored = {**labels, "adequate": "true"}
+        assert gw.metric("tiergate_shadow_scored_labels_total", scored) == sum(truth)
         drift = view["observed"] < 0.9 - 0.1
         assert gw.metric("tiergate_calibration_drift", labels) == float(drift)
         # The replays' cost (bf16, cost 1.0 per token) is routing's overspend against the top
