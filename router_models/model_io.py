@@ -47,6 +47,7 @@ __all__ = [
     "VERSION",
     "load_model",
     "load_validation",
+    "model_checksum",
     "save_model",
     "save_validation",
 ]
@@ -175,6 +176,12 @@ def load_validation(
     if proba.shape[1] != n_tiers:
         raise ModelFormatError(f"{source}: {proba.shape[1]} tiers, the model has {n_tiers}")
     return proba, correct
+
+
+def model_checksum(path: str | Path) -> str:
+    """The SHA-256 of the weights the model saved in `path` records (what `load_model`
+    verifies): two directories with the same checksum hold the same scorer."""
+    return _model_stamp(Path(path))[0]
 
 
 def _model_stamp(root: Path) -> tuple[str, int]:

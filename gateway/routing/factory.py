@@ -11,7 +11,7 @@ def build_policy(settings: Settings) -> RoutingPolicy:
     from gateway.routing.router import RouterPolicy, Validation
     from router_models.labels import routing_proba
     from router_models.model import RouterModel, default_model_path
-    from router_models.model_io import load_validation
+    from router_models.model_io import load_validation, model_checksum
 
     model_dir = settings.router.model_dir or default_model_path()
     model = RouterModel.load(model_dir)
@@ -20,7 +20,7 @@ def build_policy(settings: Settings) -> RoutingPolicy:
     if held_out is not None:
         proba, correct = held_out
         validation = Validation(routing_proba(proba, model.label), correct)
-    return RouterPolicy(model, settings, validation)
+    return RouterPolicy(model, settings, validation, model_id=model_checksum(model_dir))
 
 
 __all__ = ["build_policy"]

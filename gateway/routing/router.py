@@ -70,9 +70,15 @@ class RouterPolicy:
     """RoutingPolicy backed by a RouterModel (one per tenant once recalibrated)."""
 
     def __init__(
-        self, model: RouterModel, settings: Settings, validation: Validation | None = None
+        self,
+        model: RouterModel,
+        settings: Settings,
+        validation: Validation | None = None,
+        *,
+        model_id: str | None = None,  # the weights' checksum: says whether a reload swapped them
     ) -> None:
         self.model = model
+        self.model_id = model_id
         self.validation = validation
         self.tier_names = [tier.name for tier in settings.tiers]
         self.positions = ladder_positions(model.tiers, self.tier_names)

@@ -115,10 +115,17 @@ class Recalibrator:
         prior_weight: float | None = None,
     ) -> None:
         """Follows a configuration reload: the new policy gets the tenants' refitted models
-        (when the ladder is unchanged), later refits go to it, and new settings apply (the
-        labels kept are the newest that fit the window; changed fit settings refit)."""
+        (when the ladder and the router model are unchanged), later refits go to it, and new
+        settings apply (the labels kept are the newest that fit the window; changed fit
+        settings refit)."""
         self._configure(window, min_labels, prior_weight)
-        if policy.tier_names == self.policy.tier_names:
+        # A refitted model keeps the scorer it was fitted on, and the labels hold that
+        # scorer's scores: after a swap of the router model neither means anything.
+        same_router = (policy.tier_names, policy.model_id) == (
+            self.policy.tier_names,
+            self.policy.model_id,
+        )
+        if same_router:
             for tenant, model in self.models.items():
                 if tenant in policy.routing:
                     policy.set_tenant_model(tenant, model)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 from prometheus_client import CollectorRegistry
 
-from gateway.config import default_settings
+from gateway.config import RouterSettings, default_settings
 from gateway.metrics import GatewayMetrics
 from gateway.routing.factory import build_policy
 from gateway.routing.router import RouterPolicy
@@ -17,6 +19,8 @@ from gateway.shadow.recalibrate import (
     refit,
 )
 from gateway.stats import CompletedExchange
+from router_models.training import TrainConfig, fit_router
+from tests.router_models.synthetic import two_type_labels
 
 
 def test_each_label_marks_only_its_own_tier() -> None:
@@ -107,3 +111,31 @@ def test_a_reload_applies_new_window_and_fit_settings() -> None:
     assert recalibrator.recalibrate_all() == ["default"]  # same labels, new prior weight
     recalibrator.attach(policy, window=12, min_labels=10, prior_weight=5.0)
     assert recalibrator.recalibrate_all() == []  # nothing changed
+
+
+def test_a_reload_that_swaps_the_router_model_drops_the_refitted_ones(tmp_path: Path) -> None:
+    labels, _ = two_type_labels(
+        300, p_easy=0.6, eps=0.03, delta=0.4, tiers=("nvfp4", "w4a16", "bf16"), seed=3
+    )
+    fit_router(labels, TrainConfig(scorer="linear")).save(tmp_path / "other")
+    settings = default_settings()
+    policy = build_policy(settings)
+    assert isinstance(policy, RouterPolicy)
+    metrics = GatewayMetrics(CollectorRegistry())
+    recalibrator = Recalibrator(policy, metrics, window=20, min_labels=10, prior_weight=0)
+    for score in np.linspace(0.0, 1.0, 20):
+        recalibrator.label("default", 0, scored_exchange(float(score)), adequate=True)
+    assert recalibrator.recalibrate_all() == ["default"]
+
+    reloaded = build_policy(settings)  # the same model read again: the refit still fits it
+    assert isinstance(reloaded, RouterPolicy)
+    recalibrator.attach(reloaded)
+    assert "default" in reloaded.tenant_models
+
+    other = RouterSettings(model_dir=tmp_path / "other")
+    swapped = build_policy(settings.model_copy(update={"router": other}))
+    assert isinstance(swapped, RouterPolicy)
+    recalibrator.attach(swapped)
+    # The refit scored with the old scorer: the new model serves, the old labels are gone.
+    assert "default" not in swapped.tenant_models
+    assert recalibrator.recalibrate_all() == []
