@@ -493,7 +493,7 @@ class RoutingCollector:
     def collect(self) -> Iterator[Metric]:
         pays = GaugeMetricFamily(
             "tiergate_routing_pays",
-            "Per tenant with an alpha: 1 when the tuned routing beats the cheapest uniform tier "
+            "Per tenant with an alpha: 1 when tuned routing beats the cheapest uniform tier "
             "meeting the floor on validation data, 0 when it does not (thresholds then equal "
             "that tier).",
             labels=["tenant"],

@@ -21,6 +21,7 @@ from gateway.errors import AuthenticationError, InvalidRequestError, PermissionD
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
+    from gateway.routing.router import TenantRouting
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -91,8 +92,8 @@ async def tenants(request: Request, gateway: Gateway) -> Any:
 
 
 def routing_view(policy: object, tenant: str, names: list[str]) -> dict[str, Any] | None:
-    """A tenant's thresholds, where they came from and whether routing pays (tune's verdict;
-    router only)."""
+    """A tenant's thresholds, where they came from, whether tuned routing beats the uniform
+    floor tier on validation, and Paper A's pre-test (router only)."""
     from gateway.routing.router import RouterPolicy
 
     if not isinstance(policy, RouterPolicy) or tenant not in policy.routing:
@@ -104,8 +105,15 @@ def routing_view(policy: object, tenant: str, names: list[str]) -> dict[str, Any
         "source": routing.source,
         "routing_pays": routing.routing_pays,
         "uniform_floor_tier": None if floor is None else names[floor],
+        "pretest": _pretest_view(routing),
         "recalibrated": tenant in policy.tenant_models,
     }
+
+
+def _pretest_view(routing: TenantRouting) -> dict[str, Any] | None:
+    if routing.pretest_pays is None:
+        return None
+    return {"routing_pays": routing.pretest_pays, "message": routing.pretest}
 
 
 async def reload(request: Request, gateway: Gateway) -> Any:

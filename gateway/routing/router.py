@@ -25,6 +25,7 @@ from gateway.protocol import EndpointKind
 from gateway.routing.policy import Decision
 from gateway.tenants.registry import Tenant, allowed_tier_indices
 from router_models.model import RouterModel
+from router_models.pretest import PreTest
 
 log = logging.getLogger("tiergate.router")
 
@@ -61,9 +62,13 @@ class TenantRouting:
 
     thresholds: tuple[float, ...]
     source: str  # "explicit", "alpha", "default"
-    routing_pays: bool | None = None  # tune's verdict against the uniform tier, with alpha
+    routing_pays: bool | None = None  # tune's verdict against that tier, when alpha was tuned
     uniform_floor_tier: int | None = None  # cheapest uniform tier meeting the floor
     note: str = ""
+    # Paper A's two-type pre-test on the same validation columns (cheapest vs top allowed
+    # tier): whether the traffic is heterogeneous enough for routing to pay at all.
+    pretest_pays: bool | None = None
+    pretest: str = ""
 
 
 class RouterPolicy:
@@ -85,6 +90,9 @@ class RouterPolicy:
         self.default_threshold = settings.router.default_threshold
         # Recalibrated models per tenant, with the positions of their own ladder.
         self.tenant_models: dict[str, tuple[RouterModel, tuple[int, ...]]] = {}
+        # The pre-test per set of allowed tiers (it does not depend on alpha, and its
+        # bootstrap takes about a second on 14,000 validation rows).
+        self._pretests: dict[tuple[int, ...], PreTest] = {}
         self.routing: dict[str, TenantRouting] = {
             tenant.name: self._resolve(tenant, settings) for tenant in settings.tenants
         }
@@ -131,7 +139,13 @@ class RouterPolicy:
             )
             return None
         return tune_on(
-            validation.proba, validation.correct, alpha, settings, self.positions, allowed=allowed
+            validation.proba,
+            validation.correct,
+            alpha,
+            settings,
+            self.positions,
+            allowed=allowed,
+            pretests=self._pretests,
         )
 
     def set_tenant_model(
@@ -151,15 +165,18 @@ def tune_on(
     positions: tuple[int, ...],
     *,
     allowed: tuple[int, ...] | None = None,
+    pretests: dict[tuple[int, ...], PreTest] | None = None,
 ) -> TenantRouting:
     """`router_models.thresholds.tune` on validation data given on the model's ladder,
     evaluated on the gateway's ladder with the gateway's tier costs.
 
     Only the tenant's `allowed` tiers take part: the floor is alpha times the quality of
     the best tier it may use, and the uniform baseline is a tier it may use (a savings
-    baseline on a forbidden tier showed a restricted tenant overspending for good)."""
+    baseline on a forbidden tier showed a restricted tenant overspending for good).
+    `pretests` keeps the pre-test of each set of tiers for the next tenant with the same."""
     import numpy as np
 
+    from router_models.pretest import pretest
     from router_models.thresholds import tune
 
     tiers = tuple(range(len(settings.tiers))) if allowed is None else allowed
@@ -171,6 +188,11 @@ def tune_on(
     c = np.asarray(correct, dtype=np.float64)[:, columns]
     costs = [settings.tiers[tier].relative_cost for tier in tiers]
     result = tune(p, c, costs, alpha=alpha)
+    check = pretests.get(tiers) if pretests is not None else None
+    if check is None:
+        check = pretest(p, c, costs)
+        if pretests is not None:
+            pretests[tiers] = check
     thresholds = list(never)  # tiers the tenant may not use are never chosen anyway
     for tier, threshold in zip(tiers[:-1], result.thresholds, strict=True):
         thresholds[tier] = float(threshold)
@@ -180,6 +202,8 @@ def tune_on(
         routing_pays=result.routing_pays,
         uniform_floor_tier=tiers[result.baseline.tier],
         note=result.message,
+        pretest_pays=check.routing_pays,
+        pretest=check.message,
     )
 
 

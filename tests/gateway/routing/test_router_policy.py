@@ -10,6 +10,7 @@ from gateway.config import parse_settings
 from gateway.routing.factory import build_policy
 from gateway.routing.router import RouterPolicy, ladder_positions
 from gateway.tenants.registry import TenantRegistry
+from router_models.pretest import pretest
 from tests.helpers import API_KEY, MODEL, GatewayThread, Ladder, send
 
 
@@ -256,8 +257,12 @@ def test_admin_tenants_shows_each_tenants_routing(ladder: Ladder) -> None:
             "source": "explicit",
             "routing_pays": None,
             "uniform_floor_tier": None,
+            "pretest": None,
             "recalibrated": False,
         }
+        reported = view["floor"]["routing"]["pretest"]
+        assert reported["routing_pays"] == routing.pretest_pays
+        assert reported["message"].startswith("routing")
 
 
 def test_a_restricted_tenants_floor_and_baseline_are_tiers_it_may_use(ladder: Ladder) -> None:
@@ -312,3 +317,27 @@ def test_top_tier_savings_count_against_the_best_tier_the_tenant_may_use(ladder:
             "tiergate_estimated_savings_total", {"tenant": "c", "baseline": "top_tier"}
         )
         assert saved == pytest.approx(tokens * (cost["w4a16"] - cost["nvfp4"]))
+
+
+def test_alpha_tenants_carry_paper_as_pretest_beside_tunes_verdict() -> None:
+    """On two tiers at alpha 0.99 the shipped validation set lets `tune` route (its paired
+    check passes), while the two-type pre-test finds no saving it can trust: both verdicts
+    are kept, so the pre-test the docs promise is the one reported."""
+    tiers = [
+        {"name": "nvfp4", "precision": "nvfp4", "endpoints": ["http://127.0.0.1:9001/v1"]},
+        {"name": "bf16", "precision": "bf16", "endpoints": ["http://127.0.0.1:9002/v1"]},
+    ]
+    tenants = [{"name": "t", "api_keys": ["k"], "alpha": 0.99}]
+    config = parse_settings({"model": MODEL, "tiers": tiers, "tenants": tenants})
+    policy = build_policy(config)
+    assert isinstance(policy, RouterPolicy) and policy.validation is not None
+    routing = policy.routing["t"]
+    columns = list(policy.positions)
+    expected = pretest(
+        policy.validation.proba[:, columns],
+        policy.validation.correct[:, columns],
+        [tier.relative_cost for tier in config.tiers],
+    )
+    assert routing.routing_pays is True
+    assert routing.pretest_pays is expected.routing_pays is False
+    assert routing.pretest == expected.message
