@@ -59,10 +59,19 @@ class Exchange:
             (b"x-tiergate-overhead-ms", b"%.3f" % (overhead * 1000)),
             (REQUEST_ID_HEADER, self.record.request_id),
         ]
-        probability = self.decision.probability
+        probability = self.served_probability()
         if probability is not None:  # None: the request pinned its tier, nothing was decided
             headers.append((b"x-tiergate-p", b"%.4f" % probability))
         return headers
+
+    def served_probability(self) -> float | None:
+        """P(adequate) of the tier that serves, which x-tiergate-tier names: after a failover
+        or a degraded answer that is not the decided tier, whose probability would be
+        another tier's."""
+        decision, served = self.decision, self.record.served_tier
+        if decision.probabilities is None or served is None or served == decision.tier:
+            return decision.probability
+        return decision.probabilities[served]
 
 
 async def relay_body(exchange: Exchange, response: UpstreamResponse, data: bytes) -> None:

@@ -108,6 +108,19 @@ def test_tier_down_escalates_up_the_ladder(fault_ladder: Ladder) -> None:
         assert escalations == 1
 
 
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "json"])
+def test_after_a_failover_the_probability_header_is_the_serving_tiers(
+    fault_ladder: Ladder, stream: bool
+) -> None:
+    """x-tiergate-p goes with x-tiergate-tier: the tier that served, not the one decided."""
+    fault_ladder.sims[0].faults(error_rate=1.0)
+    policy = fixed_policy(0, (0.7, 0.9, 1.0))
+    with GatewayThread(settings(fault_ladder), policy_factory=policy) as gw:
+        status, headers, _ = chat(gw, stream=stream)
+        assert status == 200 and headers["x-tiergate-tier"] == "w4a16"
+        assert headers["x-tiergate-p"] == "0.9000"
+
+
 def test_slow_tier_times_out_then_escalates(fault_ladder: Ladder) -> None:
     fault_ladder.sims[0].faults(added_latency_s=3.0)
     with GatewayThread(settings(fault_ladder), policy_factory=fixed_policy(0)) as gw:
@@ -372,6 +385,7 @@ def test_degrade_under_saturation_respects_the_floor(fault_ladder: Ladder) -> No
     with GatewayThread(parse_settings(data), policy_factory=fixed_policy(1, probabilities)) as gw:
         status, headers, _ = chat(gw)
         assert status == 200 and headers["x-tiergate-tier"] == "nvfp4"
+        assert headers["x-tiergate-p"] == "0.7000"  # the served tier's, not w4a16's 0.9
     data["tenants"][0]["degrade_min_probability"] = 0.8  # nvfp4's 0.7 no longer qualifies
     with GatewayThread(parse_settings(data), policy_factory=fixed_policy(1, probabilities)) as gw:
         status, _, _ = chat(gw)
