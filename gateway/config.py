@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from itertools import pairwise
 from pathlib import Path
 from typing import Annotated, Any, Self
 from urllib.parse import urlsplit
@@ -286,6 +287,15 @@ class Settings(Section):
         tier_names = [tier.name for tier in self.tiers]
         _require_unique("tiers", tier_names)
         _require_unique("tenants", [tenant.name for tenant in self.tenants])
+        for cheaper, dearer in pairwise(self.tiers):
+            # The router walks the ladder cheapest first: a dearer tier before a cheaper one
+            # would be chosen first, and savings would be counted backwards.
+            if dearer.relative_cost < cheaper.relative_cost:
+                raise ValueError(
+                    f"tiers are listed cheapest first, but {dearer.name!r} (cost "
+                    f"{dearer.relative_cost:g}) comes after {cheaper.name!r} (cost "
+                    f"{cheaper.relative_cost:g}); reorder them or fix tiers[].cost"
+                )
         known = set(tier_names)
         for tenant in self.tenants:
             for field, names in (

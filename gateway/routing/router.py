@@ -37,11 +37,19 @@ def ladder_positions(model_tiers: tuple[str, ...], gateway_tiers: list[str]) -> 
 
     Only the gateway's top tier may stand on the model's top: under the relative label that
     tier's probability is 1, so a cheaper gateway tier mapped there would clear every
-    threshold and the top tier would never serve."""
+    threshold and the top tier would never serve.
+
+    Raises ValueError when the ladders share their names in another order: one of them is
+    not cheapest first, and mapping by position would give each tier another's probability."""
     if set(gateway_tiers) <= set(model_tiers):
         by_name = tuple(model_tiers.index(name) for name in gateway_tiers)
         if all(lower < upper for lower, upper in pairwise(by_name)):
             return by_name
+        raise ValueError(
+            f"the router model's tiers {list(model_tiers)} and the gateway's {gateway_tiers} "
+            "name the same tiers in another order; both are cheapest first, so one is wrong: "
+            "reorder the gateway's tiers or give router.model_dir a model for this ladder"
+        )
     top, k_gateway = len(model_tiers) - 1, len(gateway_tiers)
     below_top = (min(round(i * top / (k_gateway - 1)), top - 1) for i in range(k_gateway - 1))
     return (*below_top, top)

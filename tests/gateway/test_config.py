@@ -91,6 +91,15 @@ def base() -> dict[str, object]:
             },
             "tiers.1.served_model_name",
         ),
+        (  # a dearer tier before a cheaper one: the router would try it first
+            {
+                "tiers": [
+                    {"name": "a", "precision": "bf16", "endpoints": ["http://x/v1"]},
+                    {"name": "b", "precision": "nvfp4", "endpoints": ["http://y/v1"]},
+                ]
+            },
+            "tiers are listed cheapest first, but 'b' (cost 0.25) comes after 'a' (cost 1)",
+        ),
     ],
 )
 def test_invalid_config_names_the_field(patch: dict[str, object], fragment: str) -> None:

@@ -23,7 +23,9 @@ def test_ladder_positions() -> None:
     five = ["nvfp4", "w4a16", "fp8", "fp16", "bf16"]
     assert ladder_positions(("q4", "q8", "fp16"), five) == (0, 0, 1, 1, 2)
     assert ladder_positions(("q4", "fp16"), five[:4]) == (0, 0, 0, 1)
-    assert ladder_positions(("a", "b", "c"), ["c", "a"]) == (0, 2)  # names out of order
+    # The same names in another order: one ladder is not cheapest first.
+    with pytest.raises(ValueError, match="in another order"):
+        ladder_positions(("nvfp4", "w4a16", "bf16"), ["w4a16", "nvfp4", "bf16"])
 
 
 def test_a_longer_gateway_ladder_still_reaches_its_top_tier() -> None:
