@@ -154,6 +154,13 @@ def up(
         settings = settings.model_copy(
             update={"admin": settings.admin.model_copy(update={"token": admin_token})}
         )
+    if settings.server.workers > 1:
+        # The demo's admin token and shadow settings live in this process only.
+        typer.echo(
+            f"tiergate: up runs one gateway process; server.workers "
+            f"({settings.server.workers}) is for `tiergate serve`",
+            err=True,
+        )
     exit_on_sigterm()
     with config_errors_exit():
         specs = local_sim_specs(settings, ("--time-scale", str(sim_time_scale)))

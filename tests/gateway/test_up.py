@@ -253,3 +253,37 @@ def test_local_simulators_run_on_the_gpu_the_planner_plans_for(
     # An explicit --hardware among the extra simulator arguments comes later, and wins.
     (first, *_) = local_sim_specs(settings, ["--hardware", "h200"])
     assert first.argv()[-2:] == ["--hardware", "h200"]
+
+
+def test_up_says_it_runs_one_process_whatever_server_workers_asks(tmp_path: Path) -> None:
+    """`up` keeps its demo's admin token and shadow settings in one process: a config's
+    server.workers is named as being for `serve` (here before `up` stops on a missing key)."""
+    import os
+
+    import yaml
+
+    config = tmp_path / "tiergate.yaml"
+    tiers = [
+        {
+            "name": p,
+            "precision": p,
+            "endpoints": [f"http://127.0.0.1:{free_port()}/v1"],
+            "api_key_env": "ENGINE_KEY",
+        }
+        for p in ("nvfp4", "bf16")
+    ]
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "model": "m",
+                "server": {"port": free_port(), "workers": 2},
+                "tiers": tiers,
+                "tenants": [{"name": "t", "api_keys": ["sk-t"]}],
+            }
+        )
+    )
+    argv = [sys.executable, "-m", "gateway.cli.main", "up", "--config", str(config)]
+    env = {k: v for k, v in os.environ.items() if k != "ENGINE_KEY"}
+    done = subprocess.run(argv, check=False, env=env, capture_output=True, text=True, timeout=60)
+    assert "server.workers (2) is for `tiergate serve`" in done.stderr
+    assert done.returncode == 2
