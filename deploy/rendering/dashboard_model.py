@@ -174,9 +174,16 @@ def _transformations(panel: Panel) -> list[dict[str, Any]]:
     if panel.kind != "table":
         return []
     hidden = {"Time": True, "__name__": True, "instance": True, "job": True}
+    # Merged instant queries come back as "Value #A", "Value #B"...: a legend names its column.
+    several = len(panel.queries) > 1
+    renamed = {
+        f"Value #{chr(ord('A') + index)}" if several else "Value": query.legend
+        for index, query in enumerate(panel.queries)
+        if query.legend
+    }
     return [
         {"id": "merge", "options": {}},
-        {"id": "organize", "options": {"excludeByName": hidden}},
+        {"id": "organize", "options": {"excludeByName": hidden, "renameByName": renamed}},
     ]
 
 

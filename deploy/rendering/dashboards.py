@@ -670,9 +670,15 @@ REGIME: Final = Dashboard(
             "Recommended and running flags",
             "Per tier and flag: the planner's recommendation, what the tier runs, and drift.",
             (
-                Query(f"max by (tier, flag) (tiergate_flag_recommended{{{TIER}}})", table=True),
-                Query(f"max by (tier, flag) (tiergate_flag_running{{{TIER}}})", table=True),
-                Query(f"max by (tier, flag) (tiergate_flag_drift{{{TIER}}})", table=True),
+                Query(
+                    f"max by (tier, flag) (tiergate_flag_recommended{{{TIER}}})",
+                    "recommended",
+                    table=True,
+                ),
+                Query(
+                    f"max by (tier, flag) (tiergate_flag_running{{{TIER}}})", "running", table=True
+                ),
+                Query(f"max by (tier, flag) (tiergate_flag_drift{{{TIER}}})", "drift", table=True),
             ),
             kind="table",
         ),

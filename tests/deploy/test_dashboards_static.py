@@ -153,3 +153,19 @@ def test_gauges_summed_over_workers_are_summed_over_replicas() -> None:
             if aggregation is None or aggregation.group(1) != "sum":
                 wrong[query.key] = metric
     assert not wrong, wrong
+
+
+def test_merged_table_columns_are_named_by_their_queries() -> None:
+    """Grafana calls merged instant queries "Value #A", "Value #B"...: the flags table names
+    its columns recommended, running and drift."""
+    import json
+
+    path = DEPLOY / "grafana" / "dashboards" / "tiergate-regime.json"
+    panels = json.loads(path.read_text())["panels"]
+    table = next(p for p in panels if p["title"] == "Recommended and running flags")
+    organize = next(t for t in table["transformations"] if t["id"] == "organize")
+    assert organize["options"]["renameByName"] == {
+        "Value #A": "recommended",
+        "Value #B": "running",
+        "Value #C": "drift",
+    }
