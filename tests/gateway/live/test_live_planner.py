@@ -256,8 +256,10 @@ def test_a_tier_whose_weights_do_not_fit_does_not_stop_the_others(
     """At u = 0.3 BF16's 61 GB of weights exceed the 57.6 GB budget (K = 0). That raised
     ZeroDivisionError out of plan_once, and no later tier was planned."""
     monkeypatch.setattr(RegimeTracker, "report", busy)
+    # bf16 is listed first (so a cost override keeps the ladder cheapest first): a failure
+    # there must not stop the tiers after it.
     observer = observer_over(
-        [tier("big", "bf16", 8), tier("small", "nvfp4", 9)],
+        [{**tier("big", "bf16", 8), "cost": 0.2}, tier("small", "nvfp4", 9)],
         {"cost": {"gpu_memory_fraction": 0.3}},
     )
     observer.plan_once()
@@ -270,7 +272,7 @@ def test_one_tier_failing_is_noted_and_the_others_still_plan(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(RegimeTracker, "report", busy)
-    observer = observer_over([tier("a", "bf16", 8), tier("b", "nvfp4", 9)], {})
+    observer = observer_over([{**tier("a", "bf16", 8), "cost": 0.2}, tier("b", "nvfp4", 9)], {})
     original = Planner.step
 
     def step(planner: Planner, now: float, regime: Any) -> Any:
