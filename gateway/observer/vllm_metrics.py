@@ -202,14 +202,25 @@ class CounterDeltas:
         return self.generation_tokens / self.request_success
 
 
+def _restarted(prev: VllmMetricsSnapshot, cur: VllmMetricsSnapshot) -> bool:
+    # Any counter that went down means the engine restarted, and then all its counters
+    # restarted from 0: one that has already climbed past its old value must not be diffed.
+    for f in fields(CounterDeltas):
+        a, b = getattr(prev, f.name), getattr(cur, f.name)
+        if a is not None and b is not None and b < a:
+            return True
+    return False
+
+
 def counter_deltas(prev: VllmMetricsSnapshot, cur: VllmMetricsSnapshot) -> CounterDeltas:
-    """cur - prev per counter; a decrease means the engine restarted, so cur counts alone."""
+    """cur - prev per counter; after a restart (any counter decreased) cur counts alone."""
+    restarted = _restarted(prev, cur)
 
     def delta(name: str) -> float | None:
         a, b = getattr(prev, name), getattr(cur, name)
         if b is None:
             return None
-        if a is None or b < a:
+        if a is None or restarted:
             return float(b)
         return float(b - a)
 

@@ -5,7 +5,11 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from gateway.observer.vllm_metrics import counter_deltas, parse_vllm_metrics
+from gateway.observer.vllm_metrics import (
+    VllmMetricsSnapshot,
+    counter_deltas,
+    parse_vllm_metrics,
+)
 
 LABELS = ["model_name", "engine"]
 
@@ -90,6 +94,29 @@ def test_deltas_and_derived_quantities() -> None:
     assert counter_deltas(b, a).prefix_cache_queries == 2000
     summed = d + d
     assert summed.prefix_cache_hits == 2 * 1600 and summed.rho == pytest.approx(0.4)
+
+
+def test_a_restart_resets_every_counter_at_once() -> None:
+    # Before the restart: 1000 generated, 900 accepted. After it the engine has generated 1200
+    # (already past the old count) and accepted 300: all of that is new, A_obs = 1200 / 900.
+    before = VllmMetricsSnapshot(
+        generation_tokens=1000,
+        spec_decode_num_accepted_tokens=900,
+        spec_decode_num_drafts=100,
+        prefix_cache_queries=5000,
+        prefix_cache_hits=4500,
+    )
+    after = VllmMetricsSnapshot(
+        generation_tokens=1200,
+        spec_decode_num_accepted_tokens=300,
+        spec_decode_num_drafts=250,
+        prefix_cache_queries=6000,
+        prefix_cache_hits=1000,
+    )
+    d = counter_deltas(before, after)
+    assert d.generation_tokens == 1200 and d.prefix_cache_queries == 6000
+    assert d.tokens_per_round == pytest.approx(1200 / 900)
+    assert d.rho == pytest.approx(1000 / 6000)
 
 
 def test_no_spec_no_a_obs() -> None:
