@@ -131,6 +131,14 @@ class _Series:
             start = end
         self.last_t = max(last_t, t)
 
+    def current_bucket(self, t: float) -> _Bucket:
+        """The bucket for a non-concurrency figure at `t`. The in-flight time up to `t` is
+        credited first: opened before that, the new bucket would be the newest one and
+        `advance` would later pour all the time since the last request event into it."""
+        if self.last_t is not None:
+            self.advance(t)
+        return self.bucket(t)
+
     def window(self, now: float) -> list[_Bucket]:
         lowest = math.floor(now / self._width) - self._n
         return [b for b in self._buckets if b.index > lowest]
@@ -309,7 +317,7 @@ class RegimeTracker:
         hit_unbounded = state.unbounded.lookup_and_insert(prompt_ids)
         hit_lru = state.lru.lookup_and_insert(prompt_ids)
         for series in self._both(tier, tenant):
-            b = series.bucket(now)
+            b = series.current_bucket(now)
             b.prompts += 1
             b.prompt_tokens += len(prompt_ids)
             b.hits_unbounded += hit_unbounded
@@ -329,7 +337,7 @@ class RegimeTracker:
             prompt_ids, completion_ids, cfg.min_n, cfg.max_n, cfg.num_speculative_tokens
         )
         for series in self._both(tier, tenant):
-            b = series.bucket(now)
+            b = series.current_bucket(now)
             b.ngram = b.ngram + counts
             b.completions += 1
             b.completion_tokens += len(completion_ids)
@@ -345,7 +353,7 @@ class RegimeTracker:
             # num_gpu_blocks is in engine blocks; convert if the replay's size differs.
             size = cache.block_size or self.config.block_size
             state.lru.set_capacity(cache.num_gpu_blocks * size // self.config.block_size)
-        b = self._get_series(tier, ALL_TENANTS).bucket(now)
+        b = self._get_series(tier, ALL_TENANTS).current_bucket(now)
         if snapshot.concurrency is not None:
             b.engine_c_sum += snapshot.concurrency
             b.engine_c_samples += 1

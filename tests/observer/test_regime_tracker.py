@@ -76,6 +76,25 @@ def test_concurrency_mean_is_the_exact_time_weighted_level() -> None:
         assert got == pytest.approx(area / (now - first), rel=1e-9, abs=1e-9), trial
 
 
+def test_scrapes_between_request_events_keep_the_window_exact() -> None:
+    # Ten requests in flight from t=0 to t=80, one until t=130; a scrape every 15 s opens
+    # buckets between the request events. The window is whole buckets, [75, 130): level 10
+    # for 5 s, then 1 for 50 s. The time since the last request event must not be poured
+    # into the bucket a scrape opened (which counted 60 s of level 10 here).
+    tr = RegimeTracker(TrackerConfig(window_s=60, bucket_s=5))
+    for _ in range(10):
+        tr.request_started("t", "a", 0.0)
+    scrape = 15.0
+    for t in (80.0, 130.0):
+        while scrape < t:
+            tr.engine_snapshot("t", scrape, VllmMetricsSnapshot(), endpoint="e")
+            scrape += 15.0
+        if t == 80.0:
+            for _ in range(9):
+                tr.request_finished("t", "a", t)
+    assert tr.report("t", 130.0).concurrency.mean == pytest.approx((10 * 5 + 1 * 50) / 55)
+
+
 def test_rho_matches_batch_estimator_and_capacity_from_engine() -> None:
     rng = random.Random(1)
     shared = [rng.randrange(500) for _ in range(256)]
