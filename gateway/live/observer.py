@@ -119,6 +119,22 @@ def first_prompt(request: dict[str, Any]) -> str | list[int] | None:
     return str(prompt)
 
 
+# What the chat template renders besides the messages; vLLM's /tokenize takes the same names.
+# A tool schema is often the longest prefix requests share: left out, rho would miss it.
+CHAT_TEMPLATE_FIELDS = (
+    "tools",
+    "add_generation_prompt",
+    "continue_final_message",
+    "chat_template",
+    "chat_template_kwargs",
+)
+
+
+def chat_template_fields(request: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a chat request that shape its prompt tokens, for its /tokenize call."""
+    return {key: request[key] for key in CHAT_TEMPLATE_FIELDS if request.get(key) is not None}
+
+
 def serving_endpoints(tier: TierBackend) -> int:
     """Replicas the tier's traffic is spread over: the healthy ones (all while none is)."""
     healthy = sum(1 for e in tier.endpoints if e.healthy)
@@ -346,6 +362,7 @@ class LiveObserver:
             query: dict[str, Any] = {"model": served}
             if prompt is None:
                 query["messages"] = request["messages"]
+                query |= chat_template_fields(request)
             else:
                 query["prompt"] = prompt
             prompt_ids = await upstream.tokenize(endpoint, query)
@@ -537,6 +554,7 @@ __all__ = [
     "RunningFlags",
     "Sample",
     "agreed_flags",
+    "chat_template_fields",
     "first_prompt",
     "flags_from_args",
     "flags_from_snapshot",

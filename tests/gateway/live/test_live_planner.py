@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 from gateway.backends.tier import TierBackend
 from gateway.config import Settings, parse_settings
 from gateway.live import upstream
-from gateway.live.observer import LiveObserver, RunningFlags, agreed_flags
+from gateway.live.observer import LiveObserver, RunningFlags, Sample, agreed_flags
 from gateway.metrics import GatewayMetrics
 from gateway.observer.regime import (
     ConcurrencySummary,
@@ -381,3 +381,30 @@ def test_a_tier_gone_idle_stops_reporting_drift(monkeypatch: pytest.MonkeyPatch)
     assert loop.gauge("tiergate_flag_drift", "prefix_caching") == 0.0
     assert loop.gauge("tiergate_flag_recommended", "speculative_decoding") == 1.0  # advice kept
     assert loop.observer.plan_view()[TIER]["note"] == "no traffic in the window"
+
+
+def test_a_sampled_chat_is_tokenized_with_its_tools(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine's prompt is the chat template over messages and tools; the replay must
+    tokenize the same, or a shared tool schema never shows in rho."""
+    observer = observer_over([tier("nv", "nvfp4", 8), tier("x", "bf16", 7)], {})
+    backend = next(b for b in observer.tiers() if b.name == "nv")
+    endpoint: Any = SimpleNamespace(endpoint=SimpleNamespace(url="u"), healthy=True)
+    backend.endpoints[:] = [endpoint]  # a stand-in: only the health is read
+    queries: list[dict[str, Any]] = []
+
+    async def tokenize(_endpoint: Any, query: dict[str, Any]) -> list[int]:
+        queries.append(query)
+        return [1, 2, 3]
+
+    monkeypatch.setattr(upstream, "tokenize", tokenize)
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+    request = {
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": tools,
+        "chat_template_kwargs": {"enable_thinking": False},
+        "temperature": 0.0,
+    }
+    asyncio.run(observer.process(Sample("nv", "default", request, b"", 1.0)))
+    assert queries[0]["tools"] == tools
+    assert queries[0]["chat_template_kwargs"] == {"enable_thinking": False}
+    assert "temperature" not in queries[0]
