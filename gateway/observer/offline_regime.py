@@ -152,6 +152,17 @@ def length_regime(
     }
 
 
+def _check_hash_block(requests: Sequence[MooncakeRequest], block_tokens: int) -> None:
+    # A hash id stands for a fixed number of the trace's tokens (512 in Mooncake's releases);
+    # replayed with another count, hits and prompt lengths are in different units.
+    for r in requests:
+        if r.hash_ids and len(r.hash_ids) != math.ceil(r.input_length / block_tokens):
+            raise ValueError(
+                f"{len(r.hash_ids)} hash ids for a {r.input_length}-token prompt: the trace's "
+                f"hash blocks are not {block_tokens} tokens (Mooncake's are 512)"
+            )
+
+
 def mooncake_regime(
     requests: Sequence[MooncakeRequest],
     *,
@@ -160,6 +171,7 @@ def mooncake_regime(
     service: ServiceTimeModel | None = None,
 ) -> dict[str, Any]:
     """Concurrency as `length_regime`; rho from the hash-id replay in arrival order."""
+    _check_hash_block(requests, block_tokens)
     out = length_regime(requests, service)
     rho = estimate_rho_hash_ids(
         ((r.hash_ids, r.input_length) for r in requests), block_tokens, capacity_blocks

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gateway.observer.offline_regime import ServiceTimeModel, mooncake_regime
-from gateway.observer.traces import parse_mooncake
+from gateway.observer.traces import MooncakeRequest, parse_mooncake
 
 
 @pytest.fixture(scope="module")
@@ -68,3 +68,12 @@ def test_concurrency_equals_brute_force(rows: list[dict[str, Any]]) -> None:
     counts = sorted(bisect_right(starts, t) - bisect_right(ends, t) for t in grid)
     assert abs(counts[1000] - out["p50"]) <= 2
     assert abs(counts[1900] - out["p95"]) <= 2
+
+
+def test_a_block_size_that_is_not_the_traces_is_refused() -> None:
+    # Hash ids of 512 tokens replayed as 16-token blocks credited 16 tokens per hit block
+    # against the whole prompt: rho came out 32 times too low, silently.
+    requests = [MooncakeRequest(0.0, 1000, 10, (1, 2)), MooncakeRequest(1.0, 1000, 10, (1, 2))]
+    assert mooncake_regime(requests, block_tokens=512)["rho"]["unbounded"] == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="hash blocks are not 16 tokens"):
+        mooncake_regime(requests, block_tokens=16)
