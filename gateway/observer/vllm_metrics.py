@@ -1,7 +1,9 @@
 """Typed snapshot of a vLLM `/metrics` page (vLLM 0.33 names, COST_MODEL.md c.2, c.3).
 
-Counters are scraped with a `_total` suffix. Values are summed over the `engine` label (and
-over `finished_reason` for request_success); pass `model_name` to keep one served model. A
+Counters are scraped with a `_total` suffix and summed over the `engine` label (and over
+`finished_reason` for request_success). Gauges are averaged over it: a data-parallel server
+runs several engines behind one endpoint, each with its own batch and KV cache, and the cost
+model's C and K are per engine. Pass `model_name` to keep one served model. A
 metric the page does not carry is None: vLLM only counts prefix-cache queries with APC on and
 spec-decode counters with speculation on, and the planner must tell "absent" from "zero".
 """
@@ -120,8 +122,10 @@ class VllmMetricsSnapshot:
 def parse_vllm_metrics(text: str, model_name: str | None = None) -> VllmMetricsSnapshot:
     """Parses a Prometheus text exposition. Raises ValueError on malformed text."""
     sums: dict[str, float] = {}
+    engines: dict[str, set[str]] = {}  # per gauge, the engines that reported it
     cache: CacheConfigInfo | None = None
-    wanted = set(_GAUGES.values()) | set(_COUNTERS.values())
+    gauges = set(_GAUGES.values())
+    wanted = gauges | set(_COUNTERS.values())
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name == _CACHE_INFO:
@@ -134,6 +138,10 @@ def parse_vllm_metrics(text: str, model_name: str | None = None) -> VllmMetricsS
             ):
                 continue
             sums[sample.name] = sums.get(sample.name, 0.0) + float(sample.value)
+            if sample.name in gauges:
+                engines.setdefault(sample.name, set()).add(sample.labels.get("engine", ""))
+    for name, seen in engines.items():
+        sums[name] /= len(seen)
     values = {attr: sums.get(name) for attr, name in (_GAUGES | _COUNTERS).items()}
     return VllmMetricsSnapshot(**values, cache_config=cache)
 

@@ -128,3 +128,22 @@ def test_no_spec_no_a_obs() -> None:
 def test_malformed_text() -> None:
     with pytest.raises(ValueError):
         parse_vllm_metrics("vllm:num_requests_running{engine=0 1\n")
+
+
+def test_data_parallel_engines_give_gauges_per_engine() -> None:
+    """Two engines behind one endpoint, each running 6 and queueing 1: the cost model's C is
+    per engine (7, not 14), as K from cache_config_info is; counters still add up."""
+    reg = CollectorRegistry()
+    running = Gauge("vllm:num_requests_running", "", LABELS, registry=reg)
+    waiting = Gauge("vllm:num_requests_waiting", "", LABELS, registry=reg)
+    usage = Gauge("vllm:kv_cache_usage_perc", "", LABELS, registry=reg)
+    tokens = Counter("vllm:generation_tokens", "", LABELS, registry=reg)
+    for engine, kv in (("0", 0.5), ("1", 0.3)):
+        running.labels("qwen", engine).set(6)
+        waiting.labels("qwen", engine).set(1)
+        usage.labels("qwen", engine).set(kv)
+        tokens.labels("qwen", engine).inc(100)
+    snapshot = parse_vllm_metrics(generate_latest(reg).decode())
+    assert snapshot.concurrency == 7
+    assert snapshot.kv_cache_usage_perc == pytest.approx(0.4)
+    assert snapshot.generation_tokens == 200
