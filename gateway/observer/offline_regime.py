@@ -233,7 +233,8 @@ def chat_regime(
         "r": {**r, "source": source, "min_n": min_n, "max_n": max_n, "k": k},
         "lengths": {
             "l_in": sum(map(len, prompts)) / len(prompts) if prompts else None,
-            "l_out": sum(len(c) for _, c in pairs) / n_pairs if n_pairs else None,
+            # Without replies the "completions" are the messages themselves: no output length.
+            "l_out": sum(len(c) for _, c in pairs) / n_pairs if n_pairs and from_replies else None,
         },
         "service_model": None,
     }

@@ -96,6 +96,7 @@ def test_chat_regime_with_replies() -> None:
     # Prompts of 10 and 21 word tokens; the second reuses the first's 2 full blocks.
     assert out["rho"]["unbounded"] == pytest.approx(8 / 31)
     assert out["concurrency"] == {"mean": None, "p50": None, "p95": None}
+    assert out["lengths"]["l_out"] > 0  # replies were generated: their length is reported
 
 
 def test_length_regime_shape() -> None:
@@ -140,6 +141,8 @@ def test_regime_cli_sharegpt(shared_data: Path) -> None:
     r = doc["r"]
     assert 0.0 < r["r_iid"] < 0.5 and r["source"].startswith("self-replay")  # type: ignore[index]
     assert doc["rho"]["tokenizer"] == "word"  # type: ignore[index]
+    # Only user turns: nothing was generated, so there is no output length to report.
+    assert doc["lengths"]["l_out"] is None and doc["lengths"]["l_in"] > 0  # type: ignore[index]
     # The same trace read twice gives the same numbers (deterministic tokenizer).
     again = _regime(["--trace", str(path), "--json"])
     assert again == doc
