@@ -343,3 +343,52 @@ def test_alpha_tenants_carry_paper_as_pretest_beside_tunes_verdict() -> None:
     assert routing.routing_pays is True
     assert routing.pretest_pays is expected.routing_pays is False
     assert routing.pretest == expected.message
+
+
+def _router_policy(thresholds: dict[str, float]) -> tuple[RouterPolicy, Any]:
+    """The shipped model on the three-tier ladder, without upstreams (decide is pure)."""
+    tiers = [
+        {"name": name, "precision": name, "endpoints": [f"http://127.0.0.1:{9000 + i}/v1"]}
+        for i, name in enumerate(("nvfp4", "w4a16", "bf16"))
+    ]
+    config = parse_settings(
+        {
+            "model": MODEL,
+            "tiers": tiers,
+            "tenants": [{"name": "t", "api_keys": ["k"], "thresholds": thresholds}],
+        }
+    )
+    policy = build_policy(config)
+    assert isinstance(policy, RouterPolicy)
+    return policy, TenantRegistry(config, {}).tenants["t"]
+
+
+def test_a_probability_equal_to_its_threshold_clears_it() -> None:
+    """Thresholds tuned on validation are probabilities the router produced (and 0.0 is
+    'every request'): a tier whose probability equals its threshold is accepted, as in
+    router_models.policy.decide."""
+    policy, tenant = _router_policy({"nvfp4": 1.0, "w4a16": 1.0})
+    request = {"model": MODEL, "messages": [{"role": "user", "content": QUESTIONS[1]}]}
+    probabilities = policy.decide(request, "chat", tenant).probabilities
+    assert probabilities is not None and 0.0 < probabilities[0] < 1.0
+    policy.routing["t"] = type(policy.routing["t"])((probabilities[0], 1.0), "explicit")
+    assert policy.decide(request, "chat", tenant).tier == 0
+    policy.routing["t"] = type(policy.routing["t"])((1.0, probabilities[1]), "explicit")
+    assert policy.decide(request, "chat", tenant).tier == 1
+
+
+def test_the_decision_reports_the_chosen_tiers_probability() -> None:
+    """x-tiergate-p and the probability histogram carry P(chosen tier adequate), not the
+    top tier's (which is always 1)."""
+    policy, tenant = _router_policy({"nvfp4": 0.0, "w4a16": 0.0})
+    for question in QUESTIONS:
+        request = {"model": MODEL, "messages": [{"role": "user", "content": question}]}
+        decision = policy.decide(request, "chat", tenant)
+        assert decision.tier == 0 and decision.probabilities is not None
+        assert decision.probability == decision.probabilities[0] < 1.0
+
+
+def test_a_tier_missing_from_explicit_thresholds_gets_the_default_threshold() -> None:
+    policy, _ = _router_policy({"nvfp4": 0.3})
+    assert policy.routing["t"].thresholds == (0.3, policy.default_threshold)
+    assert policy.default_threshold == 0.8  # the configured default, not a guess
