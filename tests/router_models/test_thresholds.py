@@ -222,3 +222,61 @@ def test_frontier_points_are_what_decide_does_when_tiers_tie_up_to_rounding() ->
     cost, quality = apply(proba, correct, costs, result.thresholds)
     assert quality == pytest.approx(result.expected_quality, abs=1e-12)
     assert quality >= quality_floor(correct, 0.9)
+
+
+def test_a_budget_gain_too_small_against_the_quality_gap_is_not_routing() -> None:
+    """Within a budget, routing must buy at least min_saving of the cheapest-to-top quality
+    gap. Here the router knows 20 of 10,000 rows the top tier fixes (a real, significant
+    gain of 0.002) while the gap is 0.152: 2 % of it is 0.003, so the cheap tier stays."""
+    n = 10_000
+    cheap, top = np.ones(n), np.ones(n)
+    cheap[:1520] = 0.0  # the top tier fixes 1,520 rows ...
+    proba = np.column_stack([np.full(n, 0.9), np.ones(n)])
+    proba[:20, 0] = 0.0  # ... of which the router recognises 20
+    correct = np.column_stack([cheap, top])
+    budget = 0.25 + 21 / n * 0.75  # room for those 20 rows on the top tier
+    refused = tune(proba, correct, COSTS, budget=budget)
+    assert not refused.routing_pays and refused.thresholds == (0.0,)
+    assert refused.baseline.tier == 0 and "does not beat the uniform tier" in refused.message
+    accepted = tune(proba, correct, COSTS, budget=budget, min_saving=0.0)
+    assert accepted.routing_pays and accepted.expected_quality == pytest.approx(0.85)
+
+
+def test_a_budget_gain_within_noise_is_not_routing() -> None:
+    """Both tiers score 0.97. The router's 100 rows hold 30 the top tier fixes and 25 it
+    breaks: +0.005 on point estimates, a paired lower bound below zero at 95 %."""
+    n = 1000
+    cheap, top = np.ones(n), np.ones(n)
+    cheap[:30] = 0.0
+    top[30:55] = 0.0
+    top[100:105] = 0.0  # outside the routed rows: the tiers' overall quality is equal
+    proba = np.column_stack([np.full(n, 0.9), np.ones(n)])
+    proba[:100, 0] = 0.1
+    correct = np.column_stack([cheap, top])
+    assert correct[:, 0].mean() == correct[:, 1].mean()
+    naive = tune(proba, correct, COSTS, budget=0.325, confidence=None)
+    assert naive.routing_pays and naive.expected_quality > 0.97
+    careful = tune(proba, correct, COSTS, budget=0.325)
+    assert not careful.routing_pays and careful.expected_cost == 0.25
+    assert "paired lower bound of the difference -" in careful.message
+
+
+def test_alpha_must_be_a_fraction() -> None:
+    proba, correct, _ = two_types(100, 0.5, 0.1, 0.5)
+    for alpha in (-0.1, 1.01):
+        with pytest.raises(ValueError, match="alpha"):
+            tune(proba, correct, COSTS, alpha=alpha)
+
+
+def test_reported_shares_are_where_the_thresholds_send_requests() -> None:
+    rng = np.random.default_rng(3)
+    proba = np.sort(rng.random((2000, 3)), axis=1)
+    proba[:, -1] = 1.0
+    correct = (rng.random((2000, 3)) < [0.6, 0.7, 0.8]).astype(float)
+    costs = (0.25, 0.5, 1.0)
+    result = tune(proba, correct, costs, alpha=0.9, confidence=None)
+    assert result.routing_pays
+    chosen = np.array([decide(row, result.thresholds) for row in proba])
+    expected = np.bincount(chosen, minlength=3) / len(chosen)
+    assert result.shares == pytest.approx(tuple(expected), abs=1e-12)
+    assert 0.0 < result.shares[0] < 1.0 and sum(result.shares) == pytest.approx(1.0)
