@@ -132,3 +132,23 @@ def _fitted() -> TierCalibration:
         score, adequate = sample()
         _CACHE.append(TierCalibration().fit(score, adequate))
     return _CACHE[0]
+
+
+def test_a_nan_score_is_never_taken_as_adequate() -> None:
+    """A NaN score (a broken feature) must not read as an easy request: every non-top
+    tier gets probability 0, on the batch and the per-request path alike."""
+    cal = _fitted()
+    assert tuple(cal.predict_proba([np.nan])[0]) == (0.0, 0.0, 1.0)
+    assert cal.predict_one(float("nan")) == (0.0, 0.0, 1.0)
+
+
+def test_a_tier_with_one_label_is_treated_as_unlabelled() -> None:
+    """One label is no calibration: the tier inherits the cheaper tier's map rather than
+    a flat map at that single label (which would be 2/3 everywhere for one success)."""
+    score, adequate = sample()
+    one = np.full(score.size, np.nan)
+    one[0] = 1.0
+    cal = TierCalibration().fit(score, np.c_[adequate[:, 0], one])
+    proba = cal.predict_proba(score)
+    assert np.array_equal(proba[:, 1], proba[:, 0])
+    assert cal.n_labelled_ == [2000, 1]

@@ -70,3 +70,11 @@ def test_an_inconclusive_trial_frees_the_half_open_slot_without_a_verdict() -> N
     assert not breaker.can_send()
     breaker.on_inconclusive()  # the trial request failed elsewhere too: try another trial
     assert breaker.state is CircuitState.HALF_OPEN and breaker.can_send()
+
+
+def test_the_ejection_ends_exactly_at_its_time() -> None:
+    clock = Clock()
+    breaker = CircuitBreaker(failure_threshold=1, base_ejection_s=5.0, clock=clock)
+    breaker.on_failure()
+    clock.now = 105.0  # opened at 100.0: the 5 s ejection is over now, not a tick later
+    assert breaker.can_send() and breaker.observed_state is CircuitState.HALF_OPEN

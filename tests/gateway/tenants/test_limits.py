@@ -250,3 +250,49 @@ def test_a_low_cap_bounds_an_unset_completions_max_tokens() -> None:
     request: dict[str, object] = {"prompt": "hi"}
     asyncio.run(admission.admit(tenant, request, 100, "completions"))
     assert request["max_tokens"] == 8
+
+
+def test_an_idle_bucket_refills_to_its_capacity_and_no_further() -> None:
+    clock = Clock()
+    bucket = TokenBucket(rate=2.0, capacity=4.0, clock=clock)
+    bucket.try_take(4)
+    clock.now += 3600.0  # an idle hour is worth 7,200 units at this rate, the bucket holds 4
+    assert all(bucket.try_take(1) == 0 for _ in range(4))
+    assert bucket.try_take(1) == pytest.approx(0.5)
+
+
+def test_a_refund_never_fills_the_bucket_past_its_capacity() -> None:
+    clock = Clock()
+    limiter = TenantLimiter(TenantLimits(tokens_per_minute=1000), clock)
+    limiter.admit(900)
+    clock.now += 60.0  # a long request: the bucket refilled while it ran
+    limiter.release(900, used_tokens=0)  # all refunded: still 1000, not 1900
+    limiter.admit(1000)
+    with pytest.raises(RateLimitError) as caught:
+        limiter.admit(60)
+    assert caught.value.retry_after_s == pytest.approx(3.6)  # 60 tokens at 1000 per minute
+
+
+def test_an_oversized_request_waits_for_a_full_bucket_not_for_its_own_size() -> None:
+    clock = Clock()
+    bucket = TokenBucket(rate=1.0, capacity=10.0, clock=clock)
+    bucket.try_take(4)  # 6 left
+    assert bucket.try_take(50) == pytest.approx(4.0)  # it passes once the bucket is full
+    clock.now += 4.0
+    assert bucket.try_take(50) == 0.0
+
+
+def test_the_admission_estimate_is_a_quarter_of_the_body_plus_every_choice() -> None:
+    import asyncio
+
+    from gateway.tenants.admission import Admission
+    from gateway.tenants.limits import DEFAULT_COMPLETION_ESTIMATE, estimate_tokens
+
+    assert estimate_tokens(400, 10) == 110
+    assert estimate_tokens(400, None) == 100 + DEFAULT_COMPLETION_ESTIMATE
+    tenant = registry_with({"tokens_per_minute": 1000}).tenants["t"]
+    admission = Admission()
+    admission.configure({"t": tenant})
+    request: dict[str, object] = {"max_tokens": 100, "n": 4}
+    ticket = asyncio.run(admission.admit(tenant, request, 400, "chat"))
+    assert ticket.estimate == 100 + 4 * 100  # n completions of up to max_tokens each
