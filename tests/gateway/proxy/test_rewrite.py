@@ -83,3 +83,21 @@ def test_split_usage_event() -> None:
     done = b"data: [DONE]\n\n"
     assert split_usage_event(first + usage + done) == (first + done, usage)
     assert split_usage_event(first + done) == (first + done, b"")
+
+
+def test_usage_counts_takes_the_last_usage_in_a_batch_of_events() -> None:
+    """With continuous usage stats every chunk carries running totals: the last is the
+    request's usage, not the first."""
+    events = (
+        b'data: {"choices":[{"delta":{"content":"a"}}],"usage":{"prompt_tokens":7,"completion_tokens":1}}\n\n'
+        b'data: {"choices":[{"delta":{"content":"b"}}],"usage":{"prompt_tokens":7,"completion_tokens":2}}\n\n'
+        b'data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3}}\n\n'
+    )
+    assert usage_counts(events) == (7, 3)
+
+
+def test_split_usage_event_with_a_space_after_the_colon() -> None:
+    first = b'data: {"choices": [{"delta": {"content": "x"}}]}\n\n'
+    usage = b'data: {"choices":[], "usage": {"prompt_tokens": 1, "completion_tokens": 2}}\n\n'
+    done = b"data: [DONE]\n\n"
+    assert split_usage_event(first + usage + done) == (first + done, usage)
