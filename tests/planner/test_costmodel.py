@@ -243,3 +243,48 @@ def test_best_num_speculative_tokens() -> None:
 def test_invalid_concurrency() -> None:
     with pytest.raises(ValueError, match="positive"):
         P0.b_eff(0, "fp16")
+
+
+def test_the_knee_is_capped_by_max_num_seqs() -> None:
+    small = CostModel.preset(params=CostParams(max_num_seqs=64))
+    for p in TIERS:
+        assert P0.knee(p) > 64 and small.knee(p) == 64
+        assert small.b_eff(1024, p) == 64.0
+
+
+def test_cpt_scales_with_the_gpu_price() -> None:
+    priced = CostModel.preset(params=CostParams(price_per_gpu_second=2.5))
+    for p in TIERS:
+        assert priced.cpt(32, 0.5, 0.3, p, True, True) == pytest.approx(
+            2.5 * P0.cpt(32, 0.5, 0.3, p, True, True), rel=1e-12
+        )
+
+
+def test_no_tensor_core_speedup_without_native_compute() -> None:
+    ampere = P0.hardware.model_copy(update={"name": "sm80", "compute_capability": 80})
+    old = CostModel(ampere, P0.model, CostParams(extensions=Extensions(prefill_speedup=True)))
+    assert old.compute_speedup("fp8") == 1.0 and old.compute_speedup("nvfp4") == 1.0
+    assert old.prefill_seconds_per_token("fp8") == old.prefill_seconds_per_token("bf16")
+    assert CostModel.preset("h200").compute_speedup("fp8") == 2.0
+
+
+def test_x5_streams_the_active_weights_without_the_embedding_gather() -> None:
+    """a.5 X5: '3.3B active' includes the embedding, a gather, not a stream: about 3.04e9
+    parameters are streamed, lm_head in BF16 and the rest with their scales."""
+    x5 = CostModel.preset(params=CostParams(extensions=Extensions(effective_bytes=True)))
+    m = x5.model
+    assert m.n_active - m.n_embedding == pytest.approx(3.0e9, rel=0.02)
+    streamed = x5.decode_step_seconds("nvfp4", 1) * x5.hardware.bandwidth
+    expected = (m.n_active - m.n_embedding - m.n_lm_head) * 0.5625 + m.n_lm_head * 2.0
+    assert streamed == pytest.approx(expected, rel=1e-12)
+
+
+def test_x2_request_cost_reads_the_mean_context_l_in_plus_half_l_out() -> None:
+    kv = CostModel.preset(params=CostParams(extensions=Extensions(kv_read=True)))
+    c = kv.params
+    expected = c.l_in * kv.prefill_seconds_per_token("fp16") + c.l_out * (
+        kv.decode_step_seconds("fp16", 32, 1.0, c.l_in + c.l_out / 2.0) / 32
+    )
+    assert kv.request_seconds(32, 0.0, 0.0, "fp16", False, False) == pytest.approx(
+        expected, rel=1e-12
+    )
