@@ -378,3 +378,45 @@ def test_fixed_precision_settings_drop_only_the_precision_filters() -> None:
     assert relaxed.cost.l_ctx == strict.cost.l_ctx and relaxed.hardware == strict.hardware
     with pytest.raises(PlanningError, match="weights do not fit"):
         plan_tier(Regime(32, 0.1, 0.1), fixed_precision_settings(TIGHT), ["bf16"])
+
+
+def test_an_evaluation_held_by_hysteresis_breaks_the_run_of_confirmations() -> None:
+    """N confirmations are N consecutive wins: a candidate held back in between (its gain
+    dipped under h) starts its count again."""
+    running = TierConfig("fp16", False, False)
+    planner = Planner(_policy(dwell_s=0, confirmations=2, hysteresis=0.05), ("fp16",), running)
+    pays, dips = Regime(32, 0.0, 0.9), Regime(32, 0.0, 0.10)
+    actions = [planner.step(float(t), regime).action for t, regime in enumerate([pays, dips, pays])]
+    assert actions == ["pending", "hold", "pending"]
+    assert planner.current == running
+    assert planner.step(3.0, pays).action == "switch"
+
+
+def test_confirmed_advice_does_not_carry_over_to_a_different_candidate() -> None:
+    """Following, confirmed advice stands while it stays the plan; when the plan moves to
+    another configuration that one needs its own confirmations."""
+    planner = Planner(_policy(dwell_s=0, confirmations=2, hysteresis=0.05), ("fp16",))
+    running = TierConfig("fp16", False, False)
+    speculate, cache = Regime(32, 0.0, 0.9), Regime(32, 0.9, 0.0)
+    steps = []
+    for t, regime in enumerate([speculate, speculate, cache, cache]):
+        planner.follow(running, float(t))
+        steps.append(planner.step(float(t), regime))
+    assert [s.action for s in steps] == ["pending", "switch", "pending", "switch"]
+    assert steps[2].plan.config == TierConfig("fp16", False, True)
+    assert steps[2].advice.config == running  # not yet confirmed: what runs stays the advice
+
+
+def test_the_dwell_holds_up_to_and_including_its_last_second() -> None:
+    start = TierConfig("fp16", False, False)
+    planner = Planner(_policy(dwell_s=600, confirmations=1), PAPER_CANDIDATES, start, 0.0)
+    assert planner.step(600.0, OPEN_CHAT).action == "hold"  # "more than the dwell ago"
+    assert planner.step(600.5, OPEN_CHAT).action == "switch"
+
+
+def test_a_precision_exactly_at_the_quality_floor_is_feasible() -> None:
+    """b.1 keeps p with Q(p) >= Q_min: a floor equal to nvfp4's Q keeps it."""
+    q_nvfp4 = B200.cost.quality["nvfp4"]
+    assert plan_tier(OPEN_CHAT, B200, PAPER_CANDIDATES, q_min=q_nvfp4).precision == "nvfp4"
+    above = plan_tier(OPEN_CHAT, B200, PAPER_CANDIDATES, q_min=q_nvfp4 + 1e-6)
+    assert above.precision != "nvfp4"
