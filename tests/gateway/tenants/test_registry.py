@@ -82,6 +82,8 @@ def test_keys_never_stored_in_plaintext() -> None:
     [
         ({"api_keys": ["sha256:" + "z" * 64]}, {}, "'sha256:' followed by 64 hex digits"),
         ({"api_keys": ["sha256:abc"]}, {}, "'sha256:' followed by 64 hex digits"),
+        # Valid hex of the wrong length is no SHA-256 digest: it could never match a key.
+        ({"api_keys": ["sha256:abcd"]}, {}, "'sha256:' followed by 64 hex digits"),
         ({"api_keys": [" "]}, {}, "an API key is empty"),
         ({"api_keys_env": "NOT_SET_ANYWHERE"}, {}, "$NOT_SET_ANYWHERE, which is not set"),
     ],
@@ -102,3 +104,15 @@ def test_an_empty_key_variable_is_a_tenant_with_no_keys_not_an_error() -> None:
     with pytest.raises(AuthenticationError):
         registry.authenticate(b"Bearer ")
     assert registry.authenticate(b"Bearer k").name == "on"
+
+
+def test_a_tenant_may_list_its_own_key_twice() -> None:
+    """Rotating a key's stored form (plain to hashed) lists it twice for a while: only a
+    key shared by two tenants is ambiguous."""
+    registry = TenantRegistry(settings([{"name": "t", "api_keys": ["k", hash_key("k")]}]))
+    assert registry.authenticate(b"Bearer k").name == "t"
+
+
+def test_whitespace_around_the_presented_key_is_ignored() -> None:
+    registry = TenantRegistry(settings([{"name": "t", "api_keys": ["k"]}]))
+    assert registry.authenticate(b"Bearer  k ").name == "t"
