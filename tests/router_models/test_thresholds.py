@@ -280,3 +280,20 @@ def test_reported_shares_are_where_the_thresholds_send_requests() -> None:
     expected = np.bincount(chosen, minlength=3) / len(chosen)
     assert result.shares == pytest.approx(tuple(expected), abs=1e-12)
     assert 0.0 < result.shares[0] < 1.0 and sum(result.shares) == pytest.approx(1.0)
+
+
+def test_thresholds_stay_probabilities_for_any_multiplier() -> None:
+    """Tuned thresholds are written to tenant configs, which hold probabilities."""
+    costs = (0.25, 0.5, 1.0)
+    assert thresholds_for(0.0, costs) == (1.0, 1.0)
+    assert thresholds_for(1e6, costs) == (0.0, 0.0)
+    assert all(0.0 <= t <= 1.0 for lam in (0.1, 1.0, 3.0, 10.0) for t in thresholds_for(lam, costs))
+
+
+def test_static_frontier_stays_flat_up_to_the_top_tiers_cost() -> None:
+    """When a cheaper tier scores best, spending more buys nothing, but the static frontier
+    still spans the whole cost range (PGR curves integrate over it)."""
+    correct = np.array([[1, 1, 0], [1, 0, 1], [1, 1, 0], [0, 1, 1]], dtype=float)
+    static = static_frontier(correct, (0.25, 0.5, 1.0))
+    assert static.cost.tolist() == [0.25, 1.0]
+    assert static.quality.tolist() == [0.75, 0.75]
