@@ -104,3 +104,17 @@ def test_coder_checkpoints() -> None:
         serve=ServeParams(),
     )
     assert args[0] == "Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8"
+
+
+def test_a_cutoff_at_max_num_seqs_is_no_cutoff() -> None:
+    """Speculation paying up to the largest batch the engine runs needs no per-batch table
+    (a second range starting past max_num_seqs would be empty)."""
+    cost = CostParams()
+    config = json.loads(speculative_config(cost, ServeParams(), cost.max_num_seqs))
+    assert "num_speculative_tokens_per_batch_size" not in config
+    below = json.loads(speculative_config(cost, ServeParams(), cost.max_num_seqs - 1))
+    assert below["num_speculative_tokens_per_batch_size"][1] == [
+        cost.max_num_seqs,
+        cost.max_num_seqs,
+        0,
+    ]
