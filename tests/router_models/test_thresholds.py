@@ -297,3 +297,38 @@ def test_static_frontier_stays_flat_up_to_the_top_tiers_cost() -> None:
     static = static_frontier(correct, (0.25, 0.5, 1.0))
     assert static.cost.tolist() == [0.25, 1.0]
     assert static.quality.tolist() == [0.75, 0.75]
+
+
+def test_the_pretest_threshold_is_a_share_of_the_cost_gap() -> None:
+    """min_saving is relative to the cost gap: a saving of 0.32 on a gap of 3 is 11 %."""
+    proba, correct, _ = two_types(20_000, 0.5, 0.10, 0.16)
+    costs = (1.0, 4.0)
+    test = pretest(proba, correct, costs, min_saving=0.10)
+    assert 0.3 < test.predicted_saving < 0.4 and test.predicted_ci[0] > 0.0
+    assert test.routing_pays
+    assert not pretest(proba, correct, costs, min_saving=0.2).routing_pays
+
+
+def test_the_pretest_needs_a_saving_its_interval_excludes_zero() -> None:
+    """On 100 rows the predicted saving clears the threshold but its bootstrap interval
+    reaches below zero: not evidence enough."""
+    proba, correct, _ = two_types(100, 0.7, 0.05, 0.3, seed=2)
+    test = pretest(proba, correct, COSTS)
+    assert test.predicted_saving > 0.02 * 0.75 and test.predicted_ci[0] < 0.0
+    assert not test.routing_pays
+
+
+def test_no_loss_on_either_type_predicts_no_saving() -> None:
+    assert two_type_saving(0.5, 0.0, 0.0, 1.0) == 0.0
+
+
+def test_a_top_tier_exactly_as_accurate_as_the_cheapest_predicts_no_saving() -> None:
+    n = 1000
+    top, cheap = np.ones(n), np.ones(n)
+    top[:50] = 0.0  # the easy half: the cheap tier wins 50 rows
+    cheap[500:550] = 0.0  # the hard half: the top tier wins 50 rows
+    proba = np.c_[np.r_[np.full(500, 0.9), np.full(500, 0.5)], np.ones(n)]
+    correct = np.c_[cheap, top]
+    assert correct[:, 0].mean() == correct[:, 1].mean()
+    test = pretest(proba, correct, COSTS)
+    assert test.predicted_saving == 0.0 and not test.routing_pays
