@@ -288,3 +288,15 @@ def test_x2_request_cost_reads_the_mean_context_l_in_plus_half_l_out() -> None:
     assert kv.request_seconds(32, 0.0, 0.0, "fp16", False, False) == pytest.approx(
         expected, rel=1e-12
     )
+
+
+def test_breakeven_table_writes_a_never_paying_speculation_as_null() -> None:
+    """JSON has no infinity: r* = inf (speculation never pays) is null, not 'Infinity'."""
+    import json
+
+    from gateway.planner.breakeven import breakeven_table
+
+    heavy = CostModel.preset(params=CostParams(beta=0.05))
+    table = breakeven_table(heavy, concurrencies=(1024,))
+    assert table["r_star"]["fp16"]["1024"] is None
+    json.dumps(table, allow_nan=False)  # raises on inf or nan

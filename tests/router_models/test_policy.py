@@ -48,6 +48,9 @@ def test_uniform_thresholds_send_everything_to_one_tier() -> None:
 
 
 def test_errors() -> None:
+    for tier in (-1, 3):  # not on a ladder of 3
+        with pytest.raises(ValueError, match="not on a ladder"):
+            uniform_thresholds(tier, 3)
     with pytest.raises(ValueError):
         decide([0.5, 1.0, 1.0], [0.5])
     assert decide([1.0], []) == 0
