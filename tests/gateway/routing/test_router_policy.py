@@ -392,3 +392,32 @@ def test_a_tier_missing_from_explicit_thresholds_gets_the_default_threshold() ->
     policy, _ = _router_policy({"nvfp4": 0.3})
     assert policy.routing["t"].thresholds == (0.3, policy.default_threshold)
     assert policy.default_threshold == 0.8  # the configured default, not a guess
+
+
+def test_a_recalibrated_model_is_read_on_its_own_ladder() -> None:
+    """Shadow recalibration fits calibrators on the gateway's own tiers: the tenant's new
+    model is read by name, not at the shipped 3-tier model's positions."""
+    import numpy as np
+
+    from router_models.isotonic_maps import IsotonicMaps
+
+    tiers = [
+        {"name": name, "precision": name, "endpoints": [f"http://127.0.0.1:{9000 + i}/v1"]}
+        for i, name in enumerate(("nvfp4", "bf16"))
+    ]
+    config = parse_settings(
+        {
+            "model": MODEL,
+            "tiers": tiers,
+            "tenants": [{"name": "t", "api_keys": ["k"], "thresholds": {"nvfp4": 0.6}}],
+        }
+    )
+    policy = build_policy(config)
+    assert isinstance(policy, RouterPolicy) and policy.positions == (0, 2)
+    flat = IsotonicMaps.from_thresholds([np.array([0.0])], [np.array([0.7])])
+    policy.set_tenant_model("t", policy.model.with_calibration(flat, tiers=("nvfp4", "bf16")))
+    tenant = TenantRegistry(config, {}).tenants["t"]
+    request = {"model": MODEL, "messages": [{"role": "user", "content": QUESTIONS[2]}]}
+    decision = policy.decide(request, "chat", tenant)
+    assert decision.probabilities == (0.7, 1.0)
+    assert decision.tier == 0 and decision.probability == 0.7
