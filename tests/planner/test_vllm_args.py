@@ -106,15 +106,16 @@ def test_coder_checkpoints() -> None:
     assert args[0] == "Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8"
 
 
-def test_a_cutoff_at_max_num_seqs_is_no_cutoff() -> None:
-    """Speculation paying up to the largest batch the engine runs needs no per-batch table
-    (a second range starting past max_num_seqs would be empty)."""
+def test_an_empty_batch_range_writes_no_table() -> None:
+    """Speculation paying up to the largest batch the engine runs needs no per-batch table:
+    a range that starts past max_num_seqs is empty and is dropped."""
     cost = CostParams()
-    config = json.loads(speculative_config(cost, ServeParams(), cost.max_num_seqs))
+    top = cost.max_num_seqs
+    config = json.loads(
+        speculative_config(cost, ServeParams(), [(1, top, True), (top + 1, top, False)])
+    )
     assert "num_speculative_tokens_per_batch_size" not in config
-    below = json.loads(speculative_config(cost, ServeParams(), cost.max_num_seqs - 1))
-    assert below["num_speculative_tokens_per_batch_size"][1] == [
-        cost.max_num_seqs,
-        cost.max_num_seqs,
-        0,
-    ]
+    below = json.loads(
+        speculative_config(cost, ServeParams(), [(1, top - 1, True), (top, top, False)])
+    )
+    assert below["num_speculative_tokens_per_batch_size"][1] == [top, top, 0]
