@@ -600,13 +600,13 @@ def test_no_healthy_endpoint_is_503_with_retry_after() -> None:
 
 
 def test_total_s_bounds_the_request_not_each_attempt() -> None:
-    """A first-byte timeout on nvfp4 (1 s) then a long stream on w4a16: the stream ends at
+    """A first-byte timeout on nvfp4 (2 s) then a long stream on w4a16: the stream ends at
     total_s from the request's start (it ran a whole total_s more), and being cut by the
     request's own deadline is not counted against w4a16's engine."""
     slow = Ladder.start(extra_args=("--time-scale", "20"))  # a stream of many seconds
     try:
         slow.sims[0].faults(added_latency_s=3.0)
-        timeouts = {"connect_s": 1.0, "first_byte_s": 1.0, "total_s": 3.0}
+        timeouts = {"connect_s": 1.0, "first_byte_s": 2.0, "total_s": 3.0}
         with GatewayThread(settings(slow, timeouts=timeouts), policy_factory=fixed_policy(0)) as gw:
             body = {
                 "model": MODEL,
@@ -622,7 +622,8 @@ def test_total_s_bounds_the_request_not_each_attempt() -> None:
             events = [e for e in reply.body.split(b"\n\n") if e]
             last = json.loads(events[-1].removeprefix(b"data: "))
             assert "total" in last["error"]["message"], last
-            assert 2.9 < elapsed < 3.7  # 1 s on nvfp4 + the 2 s left, not 1 + 3
+            # 2 s on nvfp4 + the 1 s left, where a per-attempt total_s would take 2 + 3
+            assert 2.9 < elapsed < 4.4
             assert gw.app.runtime.tiers[1].endpoints[0].circuit.consecutive_failures == 0
     finally:
         slow.stop()
