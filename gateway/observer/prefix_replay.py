@@ -153,11 +153,23 @@ class PrefixCacheReplay:
         self.hits += hit
         self.queries += len(token_ids)
         self.requests += 1
-        if generated_ids:
-            computed = [*token_ids, *generated_ids][: len(token_ids) + len(generated_ids) - 1]
-            hashes = block_hashes(computed, self.block_size, extra_key)
         self._blocks.touch(hashes)
+        self.cache_generated(token_ids, generated_ids, extra_key)
         return hit
+
+    def cache_generated(
+        self,
+        token_ids: Sequence[int],
+        generated_ids: Sequence[int],
+        extra_key: int | None = None,
+    ) -> None:
+        """Caches the full blocks a finished request's output completes, as vLLM does: the
+        next turn of a conversation, whose prompt holds this answer, hits them. The last
+        generated token never has its KV computed, so it cannot complete a block."""
+        if not generated_ids:
+            return
+        computed = [*token_ids, *generated_ids][: len(token_ids) + len(generated_ids) - 1]
+        self._blocks.touch(block_hashes(computed, self.block_size, extra_key))
 
 
 class HashIdCacheReplay:

@@ -331,7 +331,11 @@ class RegimeTracker:
         prompt_ids: Sequence[int],
         completion_ids: Sequence[int],
     ) -> None:
-        """A sampled (prompt, completion) pair; replayed at once (O(len) work)."""
+        """A sampled (prompt, completion) pair; replayed at once (O(len) work). The answer's
+        blocks enter the prefix-cache replays, as the engine caches them."""
+        state = self._tier(tier)
+        state.unbounded.cache_generated(prompt_ids, completion_ids)
+        state.lru.cache_generated(prompt_ids, completion_ids)
         cfg = self.config
         counts = replay_pair(
             prompt_ids, completion_ids, cfg.min_n, cfg.max_n, cfg.num_speculative_tokens

@@ -265,6 +265,8 @@ class Engine:
                     self.counters.ttft.observe(max(0.0, now - seq.arrival))
             if seq.emitted >= len(seq.answer):
                 seq.done = True
+                if self.prefix_cache is not None:  # vLLM caches the answer's full blocks too
+                    self.prefix_cache.cache_generated(seq.prompt_ids, seq.answer_ids)
                 self._count_finished(seq, now)
             else:
                 still_running.append(seq)

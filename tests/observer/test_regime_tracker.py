@@ -118,6 +118,20 @@ def test_rho_matches_batch_estimator_and_capacity_from_engine() -> None:
     assert rho.engine is None  # no counter deltas yet
 
 
+def test_a_conversations_next_turn_hits_the_previous_answer() -> None:
+    """vLLM caches the full blocks of an answer too: the next turn, whose prompt holds the
+    previous prompt and answer, hits them (prompt blocks alone gave 1 block of 4, not 3)."""
+    tr = RegimeTracker(TrackerConfig(window_s=1000, bucket_s=10))
+    first = list(range(100, 132))  # 2 blocks of 16
+    answer = list(range(200, 220))  # completes a third block (its last token is not cached)
+    tr.prompt_sampled("t", "a", 0.0, first)
+    tr.completion_sampled("t", "a", 1.0, first, answer)
+    second = [*first, *answer, *range(300, 316)]  # 68 tokens: 4 full blocks
+    tr.prompt_sampled("t", "a", 2.0, second)
+    rho = tr.report("t", 3.0).rho
+    assert rho.unbounded == pytest.approx((0 + 48) / (32 + 68))
+
+
 def test_r_from_replay_and_engine() -> None:
     rng = random.Random(2)
     pairs = []

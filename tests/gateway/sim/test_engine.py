@@ -69,6 +69,28 @@ def test_prefix_caching_counts_vllm_style_hits() -> None:
     assert engine.counters.prefix_queries == sum(len(p) for p in prompts)
 
 
+def test_the_next_turn_hits_the_blocks_of_the_previous_answer() -> None:
+    """As vLLM, a finished answer's full blocks are cached: a second turn whose prompt holds
+    the first prompt and its answer hits them (the observer's replay does the same)."""
+    first = list(range(32))  # 2 blocks of 16
+    answer = ["w"] * 20  # with the prompt: 51 computed tokens, 3 full blocks
+
+    async def main() -> Engine:
+        engine = Engine(config("bf16", prefix_caching=True))
+        engine.start()
+        for prompt in (first, [*first, *(tokenizer.token_id(p) for p in answer), *range(90, 106)]):
+            group = SequenceGroup([Sequence(prompt, answer, "length")])
+            engine.submit(group)
+            while not group.done:
+                group.waiter.clear()
+                await group.waiter.wait()
+        await engine.stop()
+        return engine
+
+    engine = asyncio.run(main())
+    assert engine.counters.prefix_hits == 48  # not 32: the answer completed a third block
+
+
 def test_speculation_accepts_copied_spans_and_not_fresh_text() -> None:
     spec = SpecConfig(num_speculative_tokens=4, prompt_lookup_min=2, prompt_lookup_max=4)
 
