@@ -93,7 +93,9 @@ class _Series:
         self.last_t: float | None = None
 
     def bucket(self, t: float) -> _Bucket:
-        index = math.floor(t / self._width)
+        return self._newest(math.floor(t / self._width))
+
+    def _newest(self, index: int) -> _Bucket:
         buckets = self._buckets
         if buckets and buckets[-1].index >= index:
             # Late events go to the newest bucket rather than reopening an old one.
@@ -123,21 +125,31 @@ class _Series:
             return
         start = max(last_t, t - self._n * width)
         while start < t:
-            b = self.bucket(start)
-            end = min(t, (b.index + 1) * width)
-            if end <= start:  # a late bucket: put the rest in it
-                end = t
+            index = math.floor(start / width)
+            b = self._bucket_at(index)
+            end = min(t, (index + 1) * width)
             b.level_seconds[self.level] = b.level_seconds.get(self.level, 0.0) + (end - start)
             start = end
         self.last_t = max(last_t, t)
 
-    def current_bucket(self, t: float) -> _Bucket:
-        """The bucket for a non-concurrency figure at `t`. The in-flight time up to `t` is
-        credited first: opened before that, the new bucket would be the newest one and
-        `advance` would later pour all the time since the last request event into it."""
-        if self.last_t is not None:
-            self.advance(t)
-        return self.bucket(t)
+    def _bucket_at(self, index: int) -> _Bucket:
+        """The bucket of exactly this index, inserted in order if missing. In-flight time
+        goes where it was spent: a sample or scrape may have opened a newer bucket since
+        the last request event, and the newest bucket would take time from before the
+        window. (Samples do not advance the level: they come in after request events that
+        are still queued, whose time would then be lost.)"""
+        buckets = self._buckets
+        if not buckets or buckets[-1].index < index:
+            return self._newest(index)
+        for position in range(len(buckets) - 1, -1, -1):
+            found = buckets[position]
+            if found.index == index:
+                return found
+            if found.index < index:
+                buckets.insert(position + 1, _Bucket(index))
+                return buckets[position + 1]
+        buckets.appendleft(_Bucket(index))
+        return buckets[0]
 
     def window(self, now: float) -> list[_Bucket]:
         lowest = math.floor(now / self._width) - self._n
@@ -317,7 +329,7 @@ class RegimeTracker:
         hit_unbounded = state.unbounded.lookup_and_insert(prompt_ids)
         hit_lru = state.lru.lookup_and_insert(prompt_ids)
         for series in self._both(tier, tenant):
-            b = series.current_bucket(now)
+            b = series.bucket(now)
             b.prompts += 1
             b.prompt_tokens += len(prompt_ids)
             b.hits_unbounded += hit_unbounded
@@ -341,7 +353,7 @@ class RegimeTracker:
             prompt_ids, completion_ids, cfg.min_n, cfg.max_n, cfg.num_speculative_tokens
         )
         for series in self._both(tier, tenant):
-            b = series.current_bucket(now)
+            b = series.bucket(now)
             b.ngram = b.ngram + counts
             b.completions += 1
             b.completion_tokens += len(completion_ids)
@@ -357,7 +369,7 @@ class RegimeTracker:
             # num_gpu_blocks is in engine blocks; convert if the replay's size differs.
             size = cache.block_size or self.config.block_size
             state.lru.set_capacity(cache.num_gpu_blocks * size // self.config.block_size)
-        b = self._get_series(tier, ALL_TENANTS).current_bucket(now)
+        b = self._get_series(tier, ALL_TENANTS).bucket(now)
         if snapshot.concurrency is not None:
             b.engine_c_sum += snapshot.concurrency
             b.engine_c_samples += 1

@@ -95,6 +95,20 @@ def test_scrapes_between_request_events_keep_the_window_exact() -> None:
     assert tr.report("t", 130.0).concurrency.mean == pytest.approx((10 * 5 + 1 * 50) / 55)
 
 
+def test_a_sample_taken_before_queued_request_events_loses_no_in_flight_time() -> None:
+    """The observer drains request events in batches, while a sample is recorded when its
+    tokenize call returns: a sample at t=10 can come before the events of a request that ran
+    from 9 to 9.5. Had the sample moved the clock to 10, that request's time was lost (and the
+    tier read as idle: "no traffic in the window")."""
+    tr = RegimeTracker(TrackerConfig(window_s=60, bucket_s=5))
+    tr.request_started("t", "a", 0.0)
+    tr.request_finished("t", "a", 1.0)
+    tr.prompt_sampled("t", "a", 10.0, list(range(40)))
+    tr.request_started("t", "a", 9.0)
+    tr.request_finished("t", "a", 9.5)
+    assert tr.report("t", 20.0).concurrency.mean == pytest.approx(1.5 / 20)
+
+
 def test_rho_matches_batch_estimator_and_capacity_from_engine() -> None:
     rng = random.Random(1)
     shared = [rng.randrange(500) for _ in range(256)]

@@ -172,6 +172,7 @@ def test_regime_plan_and_drift(observed: tuple[Ladder, GatewayThread]) -> None:
     assert plan["w4a16"]["running"] == {"speculative": True, "prefix_caching": False}
     for tier in ("nvfp4", "w4a16", "bf16"):
         entry = plan[tier]
+        assert "recommended" in entry, (tier, entry)
         assert entry["recommended"]["precision"] == tier  # a tier's precision is its identity
         assert "--kv-cache-dtype" in entry["recommended"]["vllm_args"]
         for flag, key in (
