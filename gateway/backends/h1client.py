@@ -259,6 +259,14 @@ class _Connection(asyncio.Protocol):
             self.fail(UpstreamConnectError("upstream closed the connection"))
 
     # -- httptools callbacks ------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        response = self.response
+        if response is not None and response.complete:
+            # A second answer to one request: the connection is out of sync. Raising stops
+            # the parser (data_received drops the connection) before the extra answer's
+            # headers or body land in this one, or its tail waits for the next request.
+            raise UpstreamProtocolError("upstream sent more than one answer to one request")
+
     def on_header(self, name: bytes, value: bytes) -> None:
         if self.response is not None:
             self.response.headers.append((name.lower(), value))

@@ -312,3 +312,37 @@ def test_a_closed_pool_keeps_no_connection_that_finishes_after_it_closed() -> No
         await asyncio.wait_for(closed_by_client.wait(), 2)
 
     asyncio.run(with_server(handler, body))
+
+
+def test_an_extra_answer_after_the_end_is_neither_relayed_nor_kept_for_the_next_request() -> None:
+    """An upstream that sends two answers to one request (in one write, the second cut
+    short) is out of sync: the first answer stays whole and alone, and the connection is
+    dropped, so no byte of the second reaches this request's body or the next request."""
+    connections = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        first = connections == 1
+        while True:
+            try:
+                await read_request(reader)
+            except asyncio.IncompleteReadError:
+                return
+            extra = ok(b'{"injected":true}')[:-5] if first else b""
+            writer.write(ok(b'{"ok":1}') + extra)
+            await writer.drain()
+            first = False
+
+    async def body(pool: ConnectionPool) -> None:
+        response = await pool.request(request(pool), first_byte_timeout_s=2, total_timeout_s=5)
+        assert response.status == 200
+        assert await response.read(1 << 20) == b'{"ok":1}'
+        response.release()
+        assert pool.idle_connections == 0
+        again = await pool.request(request(pool), first_byte_timeout_s=2, total_timeout_s=5)
+        assert await again.read(1 << 20) == b'{"ok":1}'
+        again.release()
+        assert connections == 2
+
+    asyncio.run(with_server(handler, body))
