@@ -32,7 +32,14 @@ from gateway.errors import (
     UpstreamTimeoutError,
 )
 from gateway.proxy.events import ExchangeListener
-from gateway.proxy.relay import MAX_RESPONSE_BYTES, Exchange, relay_body, relay_stream
+from gateway.proxy.relay import (
+    MAX_RESPONSE_BYTES,
+    Exchange,
+    failure_for_client,
+    log_failure,
+    relay_body,
+    relay_stream,
+)
 from gateway.proxy.rewrite import ModelRewriter
 from gateway.stats import Attempt
 
@@ -194,6 +201,8 @@ class Attempter:
                 raise _past_deadline() from None
             # Once the client has left, whatever the abort made of the attempt is its doing.
             gone = exchange.channel.disconnected
+            if not gone and not isinstance(exc, UpstreamAborted):
+                log_failure(exchange.record, exc)
             if response is None or gone:
                 raise _classified(exc, client_gone=gone) from None
             raise _body_failed(exc, response.status) from None
@@ -248,11 +257,13 @@ def _classified(exc: UpstreamFailure, *, client_gone: bool = False) -> AttemptFa
     if client_gone or isinstance(exc, UpstreamAborted):
         gone = UpstreamError("The client left before the upstream answered.")
         return AttemptFailed(CLIENT_GONE, gone)
+    # Told by `failure_for_client`: the endpoint's address stays in the log.
+    told = f"Upstream failed: {failure_for_client(exc)}."
     if isinstance(exc, UpstreamTimeout):
-        return AttemptFailed("timeout", UpstreamTimeoutError(f"Upstream timed out: {exc}"))
+        return AttemptFailed("timeout", UpstreamTimeoutError(told))
     if isinstance(exc, UpstreamConnectError):
-        return AttemptFailed("connect_error", UpstreamError(f"Upstream unreachable: {exc}"))
-    return AttemptFailed("protocol_error", UpstreamError(f"Upstream failed: {exc}"))
+        return AttemptFailed("connect_error", UpstreamError(told))
+    return AttemptFailed("protocol_error", UpstreamError(told))
 
 
 __all__ = ["SATURATED", "STATUS_5XX", "AttemptFailed", "Attempter"]

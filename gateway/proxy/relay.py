@@ -7,12 +7,18 @@ error event: the client always learns that the answer is incomplete.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from gateway.backends.h1client import UpstreamFailure, UpstreamResponse, UpstreamTimeout
+from gateway.backends.h1client import (
+    UpstreamConnectError,
+    UpstreamFailure,
+    UpstreamResponse,
+    UpstreamTimeout,
+)
 from gateway.errors import UpstreamError, engine_refusal, error_event
 from gateway.protocol import EndpointKind
 from gateway.proxy.channel import ClientChannel
@@ -23,6 +29,22 @@ from gateway.stats import RequestRecord
 
 MAX_RESPONSE_BYTES: Final = 64 * 1024 * 1024
 _USAGE_MARKERS: Final = (b'"usage":{', b'"usage": {')
+log = logging.getLogger("tiergate.proxy")
+
+
+def failure_for_client(exc: UpstreamFailure) -> str:
+    """What a client is told of an upstream failure. Timeouts and connection errors name the
+    endpoint's host and port, the deployment's inside, which no tenant is to read: only
+    their kind is told. The whole message goes to the log (`log_failure`)."""
+    if isinstance(exc, UpstreamTimeout):
+        return "the upstream timed out"
+    if isinstance(exc, UpstreamConnectError):
+        return "the upstream is unreachable"
+    return str(exc)
+
+
+def log_failure(record: RequestRecord, exc: UpstreamFailure) -> None:
+    log.warning("request %s: upstream failure: %s", record.request_id.decode(), exc)
 
 
 def _identity(data: bytes) -> bytes:
@@ -132,7 +154,10 @@ async def relay_stream(exchange: Exchange, response: UpstreamResponse, stall_s: 
             _client_left(record)
             return False
         record.error_after_first_byte = True
-        failure = UpstreamError(f"The upstream stream failed after the first byte: {exc}")
+        log_failure(record, exc)
+        failure = UpstreamError(
+            f"The upstream stream failed after the first byte: {failure_for_client(exc)}"
+        )
         await channel.body(error_event(failure), more=False)
         # Past the headers only total_s can time out.
         return not isinstance(exc, UpstreamTimeout) or time.perf_counter() - last_read >= stall_s
@@ -158,4 +183,11 @@ def _take_usage(events: bytes, strip_usage: bool, record: RequestRecord) -> byte
     return events
 
 
-__all__ = ["MAX_RESPONSE_BYTES", "Exchange", "relay_body", "relay_stream"]
+__all__ = [
+    "MAX_RESPONSE_BYTES",
+    "Exchange",
+    "failure_for_client",
+    "log_failure",
+    "relay_body",
+    "relay_stream",
+]
