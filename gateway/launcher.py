@@ -21,6 +21,7 @@ from typing import Any, Final
 import uvicorn
 
 from gateway.config import Settings, tier_api_key
+from gateway.server_protocol import BoundedHeadProtocol
 
 # How `running_sims` hands a simulator its tier's key (`tiergate sim --api-key` reads it).
 SIM_API_KEY_ENV: Final = "TIERGATE_SIM_API_KEY"
@@ -198,10 +199,11 @@ def stop_processes(processes: Sequence[subprocess.Popen[bytes]], grace_s: float 
 
 
 def gateway_server_options(log_level: str = "info") -> dict[str, Any]:
-    """uvicorn settings for the gateway's hot path: httptools parser, uvloop, no access log."""
+    """uvicorn settings for the gateway's hot path: httptools parser (with a bounded request
+    head), uvloop, no access log."""
     return {
         "loop": "uvloop",
-        "http": "httptools",
+        "http": BoundedHeadProtocol,
         "lifespan": "on",
         "access_log": False,
         "server_header": False,

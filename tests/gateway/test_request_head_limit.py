@@ -1,0 +1,42 @@
+"""A request head past MAX_HEAD_BYTES is refused before it is kept whole in memory."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+
+from gateway.config import Settings, parse_settings
+from gateway.server_protocol import MAX_HEAD_BYTES
+from tests.helpers import API_KEY, MODEL, GatewayThread, free_port
+
+
+def _settings() -> Settings:
+    # Nothing listens at the tiers: a GET /health never reaches them.
+    tiers = [
+        {"name": p, "precision": p, "endpoints": [f"http://127.0.0.1:{free_port()}/v1"]}
+        for p in ("nvfp4", "bf16")
+    ]
+    return parse_settings(
+        {
+            "model": MODEL,
+            "tiers": tiers,
+            "tenants": [{"name": "default", "api_keys": [API_KEY]}],
+            "resilience": {"health_interval_s": 60},
+        }
+    )
+
+
+def _status_after_header(gw: GatewayThread, value_bytes: int) -> bytes:
+    """The status line the gateway answers a GET /health whose one header is this long."""
+    with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as sock:
+        head = b"GET /health HTTP/1.1\r\nhost: x\r\nx-pad: "
+        # Refused mid-head, the rest cannot be sent: the answer is already waiting.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            sock.sendall(head + b"a" * value_bytes + b"\r\n\r\n")
+        return sock.recv(4096).split(b"\r\n", 1)[0]
+
+
+def test_an_endless_header_is_refused_and_a_long_one_is_not() -> None:
+    with GatewayThread(_settings()) as gw:
+        assert _status_after_header(gw, 64 * 1024) == b"HTTP/1.1 200 OK"
+        assert _status_after_header(gw, 4 * MAX_HEAD_BYTES) == b"HTTP/1.1 400 Bad Request"
