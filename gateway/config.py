@@ -59,6 +59,20 @@ class Endpoint(Section):
             raise ValueError(f"endpoint {url!r} must be an http(s)://host[:port]/path URL")
         if parts.query or parts.fragment:
             raise ValueError(f"endpoint {url!r} must not carry a query or fragment")
+        if "@" in parts.netloc:
+            # Never sent upstream, yet the URL is a label in the unauthenticated /metrics.
+            # (Not echoed: the message would print the password.)
+            raise ValueError(
+                f"endpoint of host {parts.hostname!r} must not carry a user or password; "
+                "the engine's key goes in the tier's api_key_env"
+            )
+        if not all("!" <= char <= "~" for char in parts.path):
+            # The path goes into the upstream request line as it is: a space or a control
+            # character there would break the request.
+            raise ValueError(
+                f"endpoint {url!r}: its path must be printable ASCII without spaces "
+                "(percent-encode anything else)"
+            )
         try:
             parts.hostname.encode("idna")
         except UnicodeError:

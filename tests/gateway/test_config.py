@@ -152,3 +152,22 @@ def test_a_config_file_that_is_not_utf8_is_a_config_error_naming_it(tmp_path: Pa
     path.write_bytes("model: café\n".encode("latin-1"))
     with pytest.raises(ConfigError, match=r"latin1\.yaml: not UTF-8"):
         load_settings(path)
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "message"),
+    [
+        ("http://user:hunter2@127.0.0.1:9001/v1", "must not carry a user or password"),
+        ("http://127.0.0.1:9001/my engine/v1", "printable ASCII without spaces"),
+    ],
+)
+def test_an_endpoint_the_gateway_could_not_call_as_written_is_refused(
+    tmp_path: Path, endpoint: str, message: str
+) -> None:
+    """Credentials in the URL are never sent (and the URL is a /metrics label); a path
+    with a space would break the upstream request line."""
+    path = tmp_path / "tiergate.yaml"
+    path.write_text(VALID.replace("http://127.0.0.1:9001/v1", endpoint))
+    with pytest.raises(ConfigError, match=message) as refused:
+        load_settings(path)
+    assert "hunter2" not in str(refused.value)
