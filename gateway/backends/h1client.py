@@ -201,6 +201,7 @@ def _ends_at_close(response: UpstreamResponse) -> bool:
 
 class _Connection(asyncio.Protocol):
     __slots__ = (
+        "_interim",
         "_parser",
         "_paused",
         "_pool",
@@ -224,6 +225,7 @@ class _Connection(asyncio.Protocol):
         self.waiter: asyncio.Future[None] | None = None
         self.closed = False
         self._paused = False
+        self._interim = False  # the answer being parsed is a 1xx one: the final one follows
 
     # -- asyncio.Protocol ---------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -275,7 +277,14 @@ class _Connection(asyncio.Protocol):
         response = self.response
         if response is None:
             return
-        response.status = self._parser.get_status_code()
+        status = self._parser.get_status_code()
+        if status < 200:
+            # An interim answer (100 Continue, 103 Early Hints from a proxy): not the answer
+            # to wait for, nor a second one (`on_message_begin`).
+            response.headers.clear()
+            self._interim = True
+            return
+        response.status = status
         response.keep_alive = self._parser.should_keep_alive()
         waiter, self.waiter = self.waiter, None
         if waiter is not None and not waiter.done():
@@ -286,6 +295,9 @@ class _Connection(asyncio.Protocol):
             self.response._feed(body)
 
     def on_message_complete(self) -> None:
+        if self._interim:
+            self._interim = False
+            return
         self._cancel_timer()
         if self.response is not None:
             self.response._finish()
@@ -294,6 +306,7 @@ class _Connection(asyncio.Protocol):
     def start(self, request: bytes, response: UpstreamResponse) -> None:
         self.response = response
         self._parser = httptools.HttpResponseParser(self)
+        self._interim = False
         assert self.transport is not None
         self.transport.write(request)
 

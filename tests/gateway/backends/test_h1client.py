@@ -346,3 +346,35 @@ def test_an_extra_answer_after_the_end_is_neither_relayed_nor_kept_for_the_next_
         assert connections == 2
 
     asyncio.run(with_server(handler, body))
+
+
+@pytest.mark.parametrize("together", [True, False])
+def test_interim_answers_are_skipped_for_the_final_one(together: bool) -> None:
+    """A 100 Continue or a proxy's 103 Early Hints before the answer is no answer, nor a
+    second one: the final answer is the response, and the connection stays reusable."""
+    interim = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\n"
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                await read_request(reader)
+            except asyncio.IncompleteReadError:
+                return
+            if together:
+                writer.write(interim + ok(b'{"ok":1}'))
+            else:
+                writer.write(interim)
+                await writer.drain()
+                await asyncio.sleep(0.05)
+                writer.write(ok(b'{"ok":1}'))
+            await writer.drain()
+
+    async def body(pool: ConnectionPool) -> None:
+        for _ in range(2):
+            response = await pool.request(request(pool), first_byte_timeout_s=2, total_timeout_s=5)
+            assert response.status == 200 and response.header(b"link") is None
+            assert await response.read(1 << 20) == b'{"ok":1}'
+            response.release()
+            assert pool.idle_connections == 1
+
+    asyncio.run(with_server(handler, body))
