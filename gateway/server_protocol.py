@@ -1,28 +1,63 @@
-"""uvicorn's httptools protocol with a bound on the size of a request's head.
+"""uvicorn's httptools protocol with bounds on a request's head: its size and its time.
 
 httptools keeps a request line and its headers in memory until the blank line that ends
 them, however long they grow: one client could hold hundreds of megabytes per connection
 with one endless header, before any API key is looked at. Past `MAX_HEAD_BYTES` the
 connection gets uvicorn's own 400 and is closed.
+
+uvicorn times out idle keep-alive connections, not a head that trickles in (slowloris): a
+connection whose head is not whole `HEAD_TIMEOUT_S` after it began is closed. One coarse
+sweep per event loop checks (`CoarseTimers`), so it is closed 30-45 s in; a timer per
+request would cost more than the rest of the head's handling.
 """
 
 from __future__ import annotations
 
+import asyncio
+import weakref
 from typing import Final
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from gateway.coarse_timers import CoarseTimers
 
 # Generous beside what an OpenAI client sends (a few hundred bytes) or an Ingress passes on
 # (nginx: 32 KiB by default). Reads are counted whole, so the bound is met one read
 # (at most 256 KiB with uvloop) after the limit.
 MAX_HEAD_BYTES: Final = 1 << 20
+# nginx's client_header_timeout is 60 s; a client on any real link sends a head at once.
+HEAD_TIMEOUT_S = 30.0
+
+_head_deadlines: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, CoarseTimers] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _deadlines(loop: asyncio.AbstractEventLoop) -> CoarseTimers:
+    timers = _head_deadlines.get(loop)
+    if timers is None:
+        timers = _head_deadlines[loop] = CoarseTimers(HEAD_TIMEOUT_S)
+    return timers
+
+
+def _head_timed_out(protocol: BoundedHeadProtocol) -> None:
+    if protocol._in_head and protocol.transport is not None:
+        protocol.transport.close()
 
 
 class BoundedHeadProtocol(HttpToolsProtocol):
-    """Counts the bytes read while a request's head is incomplete; refuses it past the bound."""
+    """Counts the bytes and the time a request's head takes; refuses it past either bound."""
 
     _in_head = True  # a connection starts by waiting for a head
     _head_bytes = 0
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        _deadlines(self.loop).add(self, _head_timed_out, self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        _deadlines(self.loop).discard(self)
+        super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         if self._in_head:
@@ -34,12 +69,15 @@ class BoundedHeadProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        if not self._in_head:  # the next request on a kept-alive connection
+            _deadlines(self.loop).add(self, _head_timed_out, self)
         self._in_head = True
         self._head_bytes = 0
 
     def on_headers_complete(self) -> None:
         self._in_head = False
+        _deadlines(self.loop).discard(self)
         super().on_headers_complete()
 
 
-__all__ = ["MAX_HEAD_BYTES", "BoundedHeadProtocol"]
+__all__ = ["HEAD_TIMEOUT_S", "MAX_HEAD_BYTES", "BoundedHeadProtocol"]

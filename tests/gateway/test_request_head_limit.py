@@ -1,10 +1,15 @@
-"""A request head past MAX_HEAD_BYTES is refused before it is kept whole in memory."""
+"""A request head past MAX_HEAD_BYTES is refused before it is kept whole in memory, and one
+that takes longer than HEAD_TIMEOUT_S to arrive is cut off."""
 
 from __future__ import annotations
 
 import contextlib
 import socket
+import time
 
+import pytest
+
+from gateway import server_protocol
 from gateway.config import Settings, parse_settings
 from gateway.server_protocol import MAX_HEAD_BYTES
 from tests.helpers import API_KEY, MODEL, GatewayThread, free_port
@@ -40,3 +45,22 @@ def test_an_endless_header_is_refused_and_a_long_one_is_not() -> None:
     with GatewayThread(_settings()) as gw:
         assert _status_after_header(gw, 64 * 1024) == b"HTTP/1.1 200 OK"
         assert _status_after_header(gw, 4 * MAX_HEAD_BYTES) == b"HTTP/1.1 400 Bad Request"
+
+
+def test_a_head_that_trickles_in_is_cut_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slowloris on the head: a connection that sends part of a request line and waits is
+    closed once HEAD_TIMEOUT_S (shortened here) has passed, the sweep's half more at most;
+    one that sends a whole request in time is served."""
+    monkeypatch.setattr(server_protocol, "HEAD_TIMEOUT_S", 0.5)
+    with GatewayThread(_settings()) as gw:
+        with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as sock:
+            sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n")
+            started = time.monotonic()
+            assert sock.recv(4096) == b""  # closed, nothing answered
+            assert 0.4 < time.monotonic() - started < 5.0
+        with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as sock:
+            sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+            assert sock.recv(4096).startswith(b"HTTP/1.1 200 OK")
+            time.sleep(1.2)  # past the deadline, kept alive: the next head gets its own
+            sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+            assert sock.recv(4096).startswith(b"HTTP/1.1 200 OK")
