@@ -35,7 +35,9 @@ WORDS: Final = tuple(_WORD_TEXT.split())
 _COPY_CUES = re.compile(
     r"```|\b(rewrite|edit|fix|refactor|repeat|copy|quote|rename|update)\b", re.I
 )
-_CHOICES = re.compile(r"^\s*\(?([A-D])[\).:]\s", re.M)
+# [ \t]*, not \s*: \s* crosses newlines from every line start (quadratic on a prompt of them);
+# re.M tries each later line start anyway, so the matches are the same.
+_CHOICES = re.compile(r"^[ \t]*\(?([A-D])[\).:]\s", re.M)
 _MATHY = re.compile(r"\d\s*[-+*/^=]\s*\d|\bsolve\b|\bhow many\b|\bcompute\b", re.I)
 LETTERS: Final = "ABCD"
 

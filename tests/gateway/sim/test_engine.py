@@ -159,3 +159,19 @@ def test_divergence_share_grows_as_precision_drops() -> None:
     assert share["bf16"] == 0.0
     assert share["fp8"] <= share["w4a16"] <= share["nvfp4"]
     assert share["nvfp4"] > 0.1
+
+
+@pytest.mark.parametrize(
+    "prompt",
+    [
+        "Which one?\nA. red\nB. blue\nC. green\nD. black",
+        "Which one?\n\n  (A) red\n\t(B) blue",  # indented, after a blank line
+    ],
+)
+def test_a_multiple_choice_prompt_is_answered_with_a_letter(prompt: str) -> None:
+    """The choices are found at any line start, indented or not (the pattern no longer
+    lets leading whitespace cross newlines, which made a prompt of newlines quadratic)."""
+    answer = textgen.answer(prompt, tokenizer.pieces(prompt), "bf16")
+    assert answer[:2] == ["Answer", ":"] and answer[2] in "ABCD"
+    plain = "Which one?\nred or blue"
+    assert textgen.answer(plain, tokenizer.pieces(plain), "bf16")[:2] != ["Answer", ":"]
