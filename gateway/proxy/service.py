@@ -156,16 +156,18 @@ class ProxyService:
         pin = suffix_pin or header_pin
         if not pin:
             return None
+        if not tenant.allow_pinning:
+            raise PermissionDeniedError(f"Tenant '{tenant.name}' may not pin tiers.")
         tier = self._tier_by_name.get(pin)
         if tier is None:
+            # Only the tiers this tenant may use: the others are not its business.
+            usable = [self.tiers[i].name for i in tenant.allowed_tiers]
             raise NotFoundError(
-                f"Unknown tier '{pin}'; tiers are {[t.name for t in self.tiers]}.",
+                f"Unknown tier '{pin}'; your tiers are {usable}.",
                 # A header pin is not a body parameter.
                 param="model" if suffix_pin else None,
                 code="tier_not_found",
             )
-        if not tenant.allow_pinning:
-            raise PermissionDeniedError(f"Tenant '{tenant.name}' may not pin tiers.")
         if not tenant.allows(tier.index):
             raise PermissionDeniedError(f"Tenant '{tenant.name}' may not use tier '{pin}'.")
         return tier.index

@@ -122,6 +122,13 @@ def test_tenant_tier_restrictions_and_pinning(gw: GatewayThread) -> None:
     assert [m["id"] for m in models["data"]] == [MODEL, f"{MODEL}@nvfp4", f"{MODEL}@w4a16"]
     _, _, models = call(gw, "sk-gamma", None, "/v1/models", "GET")
     assert [m["id"] for m in models["data"]] == [MODEL]
+    # An unknown tier names the tiers this tenant may use, not the others.
+    status, _, body = call(gw, "sk-beta", chat(model=f"{MODEL}@fp2"))
+    assert status == 404 and "['nvfp4', 'w4a16']" in body["error"]["message"]
+    assert "bf16" not in body["error"]["message"]
+    # A tenant that may not pin learns that, whatever tier it names.
+    status, _, body = call(gw, "sk-gamma", chat(model=f"{MODEL}@fp2"))
+    assert status == 403 and "may not pin" in body["error"]["message"]
 
 
 def test_tenant_body_limit_and_token_budget(gw: GatewayThread) -> None:
