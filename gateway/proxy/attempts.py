@@ -197,8 +197,12 @@ class Attempter:
                 response.abort()
             if isinstance(exc, UpstreamTimeout) and exc.total:
                 # The timer that fired was the request's total_s (what queueing and earlier
-                # attempts left), not this engine's first-byte time: no verdict on it.
-                raise _past_deadline() from None
+                # attempts left), not this engine's first-byte time: no verdict on it,
+                # unless a JSON answer gave no headers for longer than first_byte_s (its
+                # only bound is total_s): a hung engine would never be ejected otherwise.
+                silent = time.perf_counter() - asked
+                stalled = response is None and silent >= self.timeouts.first_byte_s
+                raise _past_deadline(blame=stalled) from None
             # Once the client has left, whatever the abort made of the attempt is its doing.
             gone = exchange.channel.disconnected
             if not gone and not isinstance(exc, UpstreamAborted):
@@ -229,11 +233,12 @@ def _first_byte_wait(stream: bool, first_byte_s: float, remaining_s: float) -> f
     return first_byte_s if stream else remaining_s
 
 
-def _past_deadline() -> AttemptFailed:
-    """The request's total_s is spent: no endpoint is to blame, and none is tried next."""
+def _past_deadline(*, blame: bool = False) -> AttemptFailed:
+    """The request's total_s is spent: none is tried next, and no endpoint is to blame
+    unless `blame` (the attempt then counts as a timeout against its circuit)."""
     # Not to be retried: the OpenAI SDKs would wait up to total_s again, twice.
     late = UpstreamTimeoutError("The request passed its total_s deadline.", retryable=False)
-    return AttemptFailed(DEADLINE, late, final=True)
+    return AttemptFailed("timeout" if blame else DEADLINE, late, final=True)
 
 
 def _body_failed(exc: UpstreamFailure, status: int) -> AttemptFailed:

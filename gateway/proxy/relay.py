@@ -37,7 +37,7 @@ def failure_for_client(exc: UpstreamFailure) -> str:
     endpoint's host and port, the deployment's inside, which no tenant is to read: only
     their kind is told. The whole message goes to the log (`log_failure`)."""
     if isinstance(exc, UpstreamTimeout):
-        return "the upstream timed out"
+        return "the request passed its total_s deadline" if exc.total else "the upstream timed out"
     if isinstance(exc, UpstreamConnectError):
         return "the upstream is unreachable"
     return str(exc)

@@ -630,7 +630,9 @@ def _refuse_unsupported(kind: EndpointKind, request: dict[str, Any]) -> None:
     """vLLM's 400s for sampling it does not do. `best_of`, which vLLM 0.32 accepts, is
     accepted and has no effect: the answers are the n choices."""
     if request.get("stream_options") and not request.get("stream"):
-        raise SimError(400, "Stream options can only be defined when `stream=True`.")
+        raise SimError(
+            400, "Stream options can only be defined when `stream=True`.", "stream_options"
+        )
     choices = request.get("n") or 1
     if choices > 1 and request.get("temperature") == 0:
         raise SimError(400, f"n must be 1 when using greedy sampling, got {choices}.")

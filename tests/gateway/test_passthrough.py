@@ -281,6 +281,24 @@ def test_a_request_whose_own_deadline_runs_out_before_the_first_byte_blames_nobo
             assert gw.settled_metric("tiergate_upstream_attempts_total", labels, 1) == 1
 
 
+def test_a_json_answer_silent_past_first_byte_s_until_total_s_counts_against_its_engine() -> None:
+    """A JSON answer's headers come when its generation ends, so only total_s bounds the
+    wait; but an engine that gave none for longer than first_byte_s when total_s fired has
+    hung (else it would never be ejected): its circuit counts it, nothing else is tried."""
+    with FakeUpstream() as cheap, FakeUpstream() as top:
+        cheap.reply = Reply(delay_s=3.0)
+        settings = two_tiers(cheap, top, first_byte_s=0.5, total_s=1.5)
+        with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
+            status, headers, _ = call(
+                gw, {"model": MODEL, "messages": [{"role": "user", "content": "x"}]}
+            )
+            assert status == 504 and headers.get("x-should-retry") == "false"
+            assert gw.app.runtime.tiers[0].endpoints[0].circuit.consecutive_failures == 1
+            assert top.received == []
+            labels = {"tier": "nvfp4", "endpoint": cheap.url, "outcome": "timeout"}
+            assert gw.settled_metric("tiergate_upstream_attempts_total", labels, 1) == 1
+
+
 @pytest.mark.parametrize("case", ["too_large", "cut_refusal"])
 def test_a_json_answer_no_other_endpoint_should_make_is_not_retried(
     case: str, monkeypatch: pytest.MonkeyPatch
