@@ -41,22 +41,34 @@ def _deadlines(loop: asyncio.AbstractEventLoop) -> CoarseTimers:
 
 
 def _head_timed_out(protocol: BoundedHeadProtocol) -> None:
-    if protocol._in_head and protocol.transport is not None:
-        protocol.transport.close()
+    protocol._armed = False
+    if not protocol._in_head or protocol.transport is None:
+        return
+    flow = protocol.flow
+    if flow is not None and flow.read_paused:
+        # uvicorn stopped reading while an earlier pipelined request is served: the head's
+        # slowness is the gateway's, not the client's. Look again a sweep later.
+        protocol._deadlines.add(protocol, _head_timed_out, protocol)
+        protocol._armed = True
+        return
+    protocol.transport.close()
 
 
 class BoundedHeadProtocol(HttpToolsProtocol):
     """Counts the bytes and the time a request's head takes; refuses it past either bound."""
 
-    _in_head = True  # a connection starts by waiting for a head
+    _in_head = True  # reading a head: from the connection's start or the last message's end
     _head_bytes = 0
+    _armed = False  # a head deadline is pending
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        _deadlines(self.loop).add(self, _head_timed_out, self)
+        self._deadlines = _deadlines(self.loop)
+        self._deadlines.add(self, _head_timed_out, self)
+        self._armed = True
 
     def connection_lost(self, exc: Exception | None) -> None:
-        _deadlines(self.loop).discard(self)
+        self._deadlines.discard(self)
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -69,15 +81,20 @@ class BoundedHeadProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        if not self._in_head:  # the next request on a kept-alive connection
-            _deadlines(self.loop).add(self, _head_timed_out, self)
-        self._in_head = True
-        self._head_bytes = 0
+        if not self._armed:  # the next request on a kept-alive connection
+            self._deadlines.add(self, _head_timed_out, self)
+            self._armed = True
 
     def on_headers_complete(self) -> None:
         self._in_head = False
-        _deadlines(self.loop).discard(self)
+        self._deadlines.discard(self)
+        self._armed = False
         super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._in_head = True  # what arrives next is the next request's head
+        self._head_bytes = 0
+        super().on_message_complete()
 
 
 __all__ = ["HEAD_TIMEOUT_S", "MAX_HEAD_BYTES", "BoundedHeadProtocol"]

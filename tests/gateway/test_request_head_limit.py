@@ -74,3 +74,17 @@ def _health_answer(sock: socket.socket) -> bytes:
         assert part, answer  # closed before the answer was whole
         answer += part
     return answer
+
+
+def test_a_kept_alive_connections_next_head_is_counted_from_its_first_read() -> None:
+    """Past the first request, the bound applies to the next head from its first byte."""
+    with (
+        GatewayThread(_settings()) as gw,
+        socket.create_connection(("127.0.0.1", gw.port), timeout=10) as sock,
+    ):
+        sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+        assert _health_answer(sock).startswith(b"HTTP/1.1 200 OK")
+        big = b"GET /health HTTP/1.1\r\nhost: x\r\nx-pad: " + b"a" * (MAX_HEAD_BYTES + 1)
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            sock.sendall(big + b"\r\n\r\n")
+        assert sock.recv(4096).split(b"\r\n", 1)[0] == b"HTTP/1.1 400 Bad Request"
