@@ -166,13 +166,15 @@ class _Tier:
     # against a sibling's (whose lower counts would read as a restart).
     prev_snapshots: dict[str, VllmMetricsSnapshot] = field(default_factory=dict)
     endpoints: int = 1
+    engines_per_endpoint: int = 1  # data parallel: several engines behind one endpoint
     tenants: set[str] = field(default_factory=set)
 
 
 @dataclass(frozen=True)
 class ConcurrencySummary:
     """`mean`/`p50`/`p95`/`max`: the gateway's in-flight count for the whole tier;
-    `engine_mean`: running + waiting per scraped replica; `endpoints`: replicas serving."""
+    `engine_mean`: running + waiting per engine at scrape instants; `endpoints`: engines
+    serving (replicas times the data-parallel engines behind each)."""
 
     mean: float | None
     p50: float | None
@@ -364,6 +366,7 @@ class RegimeTracker:
         """A scrape of one endpoint's `/metrics`; its counters enter as deltas from that
         endpoint's previous scrape, so the tier's deltas are the sum over its replicas."""
         state = self._tier(tier)
+        state.engines_per_endpoint = snapshot.engines
         cache = snapshot.cache_config
         if cache is not None and cache.num_gpu_blocks is not None:
             # num_gpu_blocks is in engine blocks; convert if the replay's size differs.
@@ -411,7 +414,12 @@ class RegimeTracker:
             c_n += b.engine_c_samples
         conc = _time_weighted(levels)
         conc = ConcurrencySummary(
-            conc.mean, conc.p50, conc.p95, conc.max, c_sum / c_n if c_n else None, state.endpoints
+            conc.mean,
+            conc.p50,
+            conc.p95,
+            conc.max,
+            c_sum / c_n if c_n else None,
+            state.endpoints * state.engines_per_endpoint,
         )
         rho = RhoSummary(
             unbounded=hits_u / prompt_tokens if prompt_tokens else None,

@@ -110,6 +110,7 @@ class VllmMetricsSnapshot:
     request_success: float | None = None
     num_preemptions: float | None = None
     cache_config: CacheConfigInfo | None = None
+    engines: int = 1  # data-parallel engines behind the endpoint (`engine` label values)
 
     @property
     def concurrency(self) -> float | None:
@@ -143,7 +144,8 @@ def parse_vllm_metrics(text: str, model_name: str | None = None) -> VllmMetricsS
     for name, seen in engines.items():
         sums[name] /= len(seen)
     values = {attr: sums.get(name) for attr, name in (_GAUGES | _COUNTERS).items()}
-    return VllmMetricsSnapshot(**values, cache_config=cache)
+    count = max((len(seen) for seen in engines.values()), default=1)
+    return VllmMetricsSnapshot(**values, cache_config=cache, engines=count)
 
 
 @dataclass(frozen=True)

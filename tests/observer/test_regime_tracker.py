@@ -109,6 +109,19 @@ def test_a_sample_taken_before_queued_request_events_loses_no_in_flight_time() -
     assert tr.report("t", 20.0).concurrency.mean == pytest.approx(1.5 / 20)
 
 
+def test_the_gateways_concurrency_is_split_over_data_parallel_engines() -> None:
+    """Twelve requests in flight to one endpoint that runs two engines: C is 6 per engine,
+    as K (per engine) wants it, not 12."""
+    tr = RegimeTracker(TrackerConfig(window_s=60, bucket_s=5))
+    tr.configure_tier("t", endpoints=1)
+    tr.engine_snapshot("t", 0.0, VllmMetricsSnapshot(engines=2), endpoint="e")
+    for _ in range(12):
+        tr.request_started("t", "a", 0.0)
+    conc = tr.report("t", 10.0).concurrency
+    assert conc.endpoints == 2
+    assert per_engine_concurrency(conc.mean, conc.engine_mean, conc.endpoints) == 6
+
+
 def test_rho_matches_batch_estimator_and_capacity_from_engine() -> None:
     rng = random.Random(1)
     shared = [rng.randrange(500) for _ in range(256)]

@@ -144,6 +144,6 @@ def test_data_parallel_engines_give_gauges_per_engine() -> None:
         usage.labels("qwen", engine).set(kv)
         tokens.labels("qwen", engine).inc(100)
     snapshot = parse_vllm_metrics(generate_latest(reg).decode())
-    assert snapshot.concurrency == 7
+    assert snapshot.concurrency == 7 and snapshot.engines == 2
     assert snapshot.kv_cache_usage_perc == pytest.approx(0.4)
     assert snapshot.generation_tokens == 200
