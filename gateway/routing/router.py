@@ -55,6 +55,12 @@ def ladder_positions(model_tiers: tuple[str, ...], gateway_tiers: list[str]) -> 
     return (*below_top, top)
 
 
+# Pre-tests by (model checksum, validation columns, costs): they do not depend on alpha, and
+# the bootstrap takes about a second on 14,000 rows; a reload runs on the event loop.
+_PRETESTS: dict[tuple[object, ...], PreTest] = {}
+_MAX_PRETESTS = 64
+
+
 @dataclass(frozen=True, slots=True)
 class Validation:
     """Held-out rows on the model's ladder: routing probabilities (`labels.routing_proba`) and
@@ -98,9 +104,6 @@ class RouterPolicy:
         self.default_threshold = settings.router.default_threshold
         # Recalibrated models per tenant, with the positions of their own ladder.
         self.tenant_models: dict[str, tuple[RouterModel, tuple[int, ...]]] = {}
-        # The pre-test per set of allowed tiers (it does not depend on alpha, and its
-        # bootstrap takes about a second on 14,000 validation rows).
-        self._pretests: dict[tuple[int, ...], PreTest] = {}
         self.routing: dict[str, TenantRouting] = {
             tenant.name: self._resolve(tenant, settings) for tenant in settings.tenants
         }
@@ -153,7 +156,7 @@ class RouterPolicy:
             settings,
             self.positions,
             allowed=allowed,
-            pretests=self._pretests,
+            model_id=self.model_id,
         )
 
     def set_tenant_model(
@@ -173,7 +176,7 @@ def tune_on(
     positions: tuple[int, ...],
     *,
     allowed: tuple[int, ...] | None = None,
-    pretests: dict[tuple[int, ...], PreTest] | None = None,
+    model_id: str | None = None,
 ) -> TenantRouting:
     """`router_models.thresholds.tune` on validation data given on the model's ladder,
     evaluated on the gateway's ladder with the gateway's tier costs.
@@ -181,7 +184,8 @@ def tune_on(
     Only the tenant's `allowed` tiers take part: the floor is alpha times the quality of
     the best tier it may use, and the uniform baseline is a tier it may use (a savings
     baseline on a forbidden tier showed a restricted tenant overspending for good).
-    `pretests` keeps the pre-test of each set of tiers for the next tenant with the same."""
+    With `model_id`, the pre-test is kept for the next tenant, and the next reload, that
+    reads the same model's columns at the same costs (`_PRETESTS`)."""
     import numpy as np
 
     from router_models.pretest import pretest
@@ -196,11 +200,14 @@ def tune_on(
     c = np.asarray(correct, dtype=np.float64)[:, columns]
     costs = [settings.tiers[tier].relative_cost for tier in tiers]
     result = tune(p, c, costs, alpha=alpha)
-    check = pretests.get(tiers) if pretests is not None else None
+    key = None if model_id is None else (model_id, tuple(columns), tuple(costs))
+    check = None if key is None else _PRETESTS.get(key)
     if check is None:
         check = pretest(p, c, costs)
-        if pretests is not None:
-            pretests[tiers] = check
+        if key is not None:
+            if len(_PRETESTS) >= _MAX_PRETESTS:
+                del _PRETESTS[next(iter(_PRETESTS))]
+            _PRETESTS[key] = check
     thresholds = list(never)  # tiers the tenant may not use are never chosen anyway
     for tier, threshold in zip(tiers[:-1], result.thresholds, strict=True):
         thresholds[tier] = float(threshold)

@@ -345,6 +345,34 @@ def test_alpha_tenants_carry_paper_as_pretest_beside_tunes_verdict() -> None:
     assert routing.pretest == expected.message
 
 
+def test_a_reload_of_the_same_model_reuses_its_pre_tests(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reload runs on the event loop: the pre-test (a bootstrap, about a second on 14,000
+    rows) is computed once per model, columns and costs, not again for every reload or
+    tenant with the same tiers."""
+    import router_models.pretest
+
+    calls: list[int] = []
+    real = router_models.pretest.pretest
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(router_models.pretest, "pretest", counted)
+    monkeypatch.setattr("gateway.routing.router._PRETESTS", {})
+    tiers = [
+        {"name": "nvfp4", "precision": "nvfp4", "endpoints": ["http://127.0.0.1:9001/v1"]},
+        {"name": "bf16", "precision": "bf16", "endpoints": ["http://127.0.0.1:9002/v1"]},
+    ]
+    tenants = [{"name": n, "api_keys": [n], "alpha": a} for n, a in (("a", 0.9), ("b", 0.99))]
+    config = parse_settings({"model": MODEL, "tiers": tiers, "tenants": tenants})
+    first = build_policy(config)
+    again = build_policy(config)  # a reload
+    assert isinstance(first, RouterPolicy) and isinstance(again, RouterPolicy)
+    assert len(calls) == 1
+    assert again.routing["b"].pretest == first.routing["b"].pretest != ""
+
+
 def _router_policy(thresholds: dict[str, float]) -> tuple[RouterPolicy, Any]:
     """The shipped model on the three-tier ladder, without upstreams (decide is pure)."""
     tiers = [
