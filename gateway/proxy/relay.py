@@ -91,8 +91,10 @@ class Exchange:
         or a degraded answer that is not the decided tier, whose probability would be
         another tier's."""
         decision, served = self.decision, self.record.served_tier
-        if decision.probabilities is None or served is None or served == decision.tier:
+        if served is None or served == decision.tier:
             return decision.probability
+        if decision.probabilities is None:  # a policy that gave the decided tier's alone
+            return None
         return decision.probabilities[served]
 
 

@@ -235,7 +235,7 @@ class ProxyService:
                 tier_index=record.served_tier,
                 request=request,
                 body=b"".join(exchange.captured),
-                probability=decision.probability,
+                probability=exchange.served_probability(),
                 probabilities=decision.probabilities,
                 reason=record.reason,
                 score=decision.score,

@@ -94,3 +94,27 @@ def test_a_stream_cut_by_a_timeout_ends_without_the_endpoint_address() -> None:
     asyncio.run(run())
     body = b"".join(message.get("body", b"") for message in sent)
     assert b"timed out" in body and ADDRESS.encode() not in body
+
+
+def test_the_served_tiers_probability_is_told_only_when_known() -> None:
+    """x-tiergate-p and the shadow labels' prediction are the serving tier's probability;
+    after a failover under a policy that gave the decided tier's alone, none is told."""
+
+    async def noop(message: Any) -> None:
+        return None
+
+    async def nothing() -> Any:
+        return {"type": "http.disconnect"}
+
+    def served_by(served: int, decision: Decision) -> float | None:
+        record = RequestRecord(tenant="t", kind="chat", ladder=Ladder(("a", "b"), (0.25, 1.0)))
+        record.served_tier = served
+        channel = ClientChannel(noop, nothing)
+        return Exchange("chat", {}, decision, channel, 0.0, record).served_probability()
+
+    routed = Decision(0, 0.8, "router", (0.8, 1.0))
+    assert served_by(0, routed) == 0.8
+    assert served_by(1, routed) == 1.0  # failed over to the top tier
+    alone = Decision(0, 0.8, "router")
+    assert served_by(0, alone) == 0.8
+    assert served_by(1, alone) is None
