@@ -183,8 +183,11 @@ def mooncake_regime(
 
 def _chat_samples(
     conversations: Sequence[Conversation], tokenizer: WordTokenizer
-) -> tuple[list[list[int]], list[tuple[list[int], list[int]]], bool]:
+) -> tuple[list[list[int]], list[list[int]], list[tuple[list[int], list[int]]], bool]:
+    """Prompts, the reply each got (empty when none followed), the (context, completion)
+    pairs to replay for r, and whether those are the log's replies."""
     prompts: list[list[int]] = []
+    answers: list[list[int]] = []
     replies: list[tuple[list[int], list[int]]] = []
     every_turn: list[tuple[list[int], list[int]]] = []
     for conv in conversations:
@@ -195,13 +198,16 @@ def _chat_samples(
             if turn.role == "assistant":
                 if context:
                     replies.append((list(context), ids))
+                if answers and not answers[-1]:
+                    answers[-1] = ids
             else:
                 prompts.append([*context, *ids])
+                answers.append([])
             every_turn.append((list(context), ids))
             context.extend(ids)
     if replies:
-        return prompts, replies, True
-    return prompts, every_turn, False
+        return prompts, answers, replies, True
+    return prompts, answers, every_turn, False
 
 
 def chat_regime(
@@ -215,8 +221,8 @@ def chat_regime(
 ) -> dict[str, Any]:
     """rho and r of a text chat log under the word-level tokenizer; no timing, so C is null."""
     tokenizer = WordTokenizer()
-    prompts, pairs, from_replies = _chat_samples(conversations, tokenizer)
-    rho = estimate_rho(prompts, block_size, capacity_blocks)
+    prompts, answers, pairs, from_replies = _chat_samples(conversations, tokenizer)
+    rho = estimate_rho(prompts, block_size, capacity_blocks, answers)
     r = estimate_r(pairs, min_n, max_n, k)
     source = "assistant replies" if from_replies else "self-replay of messages (no replies)"
     n_pairs = len(pairs)

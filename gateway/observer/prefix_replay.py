@@ -201,15 +201,18 @@ def estimate_rho(
     prompts: Iterable[Sequence[int]],
     block_size: int = 16,
     capacity_blocks: int | None = None,
+    answers: Sequence[Sequence[int]] = (),
 ) -> dict[str, float]:
     """Share of prompt tokens served from the cache, unbounded and LRU-bounded by
-    `capacity_blocks` (equal to unbounded when that is None)."""
+    `capacity_blocks` (equal to unbounded when that is None). `answers[i]`, when given, is
+    what prompt i generated: its full blocks are cached too, as vLLM caches them."""
     unbounded = PrefixCacheReplay(block_size, None)
     lru = PrefixCacheReplay(block_size, capacity_blocks) if capacity_blocks is not None else None
-    for prompt in prompts:
-        unbounded.lookup_and_insert(prompt)
+    for i, prompt in enumerate(prompts):
+        answer = answers[i] if i < len(answers) else ()
+        unbounded.lookup_and_insert(prompt, generated_ids=answer)
         if lru is not None:
-            lru.lookup_and_insert(prompt)
+            lru.lookup_and_insert(prompt, generated_ids=answer)
     return {
         "unbounded": unbounded.hit_rate,
         "lru": (lru or unbounded).hit_rate,
