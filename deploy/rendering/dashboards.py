@@ -556,8 +556,9 @@ REGIME: Final = Dashboard(
         Row("Regime per tier"),
         Panel(
             "Concurrency C (gateway observer)",
-            "Requests in flight per tier over the rolling window: mean, p50, p95, summed "
-            "over gateway replicas (each sees its share of the traffic).",
+            "Requests in flight per tier over the rolling window, summed over gateway replicas "
+            "(each sees its share of the traffic): the mean exactly, p50 and p95 as an upper "
+            "bound (a sum of percentiles).",
             (
                 Query(
                     # Summed, as the workers of one replica are (livesum): a maximum would

@@ -114,10 +114,10 @@ class Recalibrator:
         min_labels: int | None = None,
         prior_weight: float | None = None,
     ) -> None:
-        """Follows a configuration reload: the new policy gets the tenants' refitted models
-        (when the ladder and the router model are unchanged), later refits go to it, and new
-        settings apply (the labels kept are the newest that fit the window; changed fit
-        settings refit)."""
+        """Follows a configuration reload: the new policy gets the tenants' refitted models,
+        later refits go to it, and new settings apply (the labels kept are the newest that
+        fit the window; changed fit settings refit). When the ladder's tier names or the
+        router model changed, the refitted models and every kept label are dropped."""
         self._configure(window, min_labels, prior_weight)
         # A refitted model keeps the scorer it was fitted on, and the labels hold that
         # scorer's scores: after a swap of the router model neither means anything.
