@@ -94,14 +94,21 @@ def test_needs_refit_counts_arrivals_not_the_window() -> None:
     assert needs_refit(held=10, arrived=20, arrived_at_refit=10, min_labels=10)
 
 
-def test_a_reload_applies_new_window_and_fit_settings() -> None:
-    policy = build_policy(default_settings())
-    assert isinstance(policy, RouterPolicy)
+def refitted_once(policy: RouterPolicy) -> Recalibrator:
+    """A recalibrator (window 20, 10 labels to refit) that has refitted tenant `default`
+    once, on 20 adequate labels spread over the scores."""
     metrics = GatewayMetrics(CollectorRegistry())
     recalibrator = Recalibrator(policy, metrics, window=20, min_labels=10, prior_weight=0)
     for score in np.linspace(0.0, 1.0, 20):
         recalibrator.label("default", 0, scored_exchange(float(score)), adequate=True)
     assert recalibrator.recalibrate_all() == ["default"]
+    return recalibrator
+
+
+def test_a_reload_applies_new_window_and_fit_settings() -> None:
+    policy = build_policy(default_settings())
+    assert isinstance(policy, RouterPolicy)
+    recalibrator = refitted_once(policy)
     recalibrator.attach(policy, window=12, min_labels=10, prior_weight=0)
     assert recalibrator.window == 12
     assert recalibrator.recalibrate_all() == ["default"]  # refitted on the newest 12
@@ -121,11 +128,7 @@ def test_a_reload_that_swaps_the_router_model_drops_the_refitted_ones(tmp_path: 
     settings = default_settings()
     policy = build_policy(settings)
     assert isinstance(policy, RouterPolicy)
-    metrics = GatewayMetrics(CollectorRegistry())
-    recalibrator = Recalibrator(policy, metrics, window=20, min_labels=10, prior_weight=0)
-    for score in np.linspace(0.0, 1.0, 20):
-        recalibrator.label("default", 0, scored_exchange(float(score)), adequate=True)
-    assert recalibrator.recalibrate_all() == ["default"]
+    recalibrator = refitted_once(policy)
 
     reloaded = build_policy(settings)  # the same model read again: the refit still fits it
     assert isinstance(reloaded, RouterPolicy)
