@@ -122,12 +122,13 @@ def test_after_a_failover_the_probability_header_is_the_serving_tiers(
 
 
 def test_slow_tier_times_out_then_escalates(fault_ladder: Ladder) -> None:
-    fault_ladder.sims[0].faults(added_latency_s=3.0)
+    # A stall far past the bound below: a loaded host may take a second or two more.
+    fault_ladder.sims[0].faults(added_latency_s=6.0)
     with GatewayThread(settings(fault_ladder), policy_factory=fixed_policy(0)) as gw:
         started = time.monotonic()
         status, headers, _ = chat(gw, stream=True)
         assert status == 200 and headers["x-tiergate-tier"] == "w4a16"
-        assert time.monotonic() - started < 2.5  # first_byte_s = 1, not the 3 s stall
+        assert time.monotonic() - started < 4.0  # first_byte_s = 1, not the 6 s stall
         assert attempts(gw, "nvfp4", "timeout") == 1
 
 
@@ -189,8 +190,8 @@ def test_a_client_leaving_before_the_first_byte_aborts_the_upstream(
         fault_ladder.sims[0].faults(added_latency_s=0.0)
         started = time.monotonic()
         status, headers, _ = chat(gw)  # the slot is free again, long before the 3 s stall
-        assert status == 200 and headers["x-tiergate-tier"] == "nvfp4"
-        assert time.monotonic() - started < 2.0
+        assert status == 200 and headers["x-tiergate-tier"] == "nvfp4"  # not a 429
+        assert time.monotonic() - started < 2.9
         assert attempts(gw, "w4a16", "client_gone") + attempts(gw, "w4a16", "ok") == 0
 
 
@@ -436,8 +437,8 @@ def test_a_request_whose_tier_has_no_usable_endpoint_queues_where_a_slot_can_fre
         time.sleep(0.2)
         started = time.monotonic()
         status, headers, _ = chat(gw)
-        assert status == 200 and headers["x-tiergate-tier"] == "bf16"
-        assert time.monotonic() - started < 2.0
+        assert status == 200 and headers["x-tiergate-tier"] == "bf16"  # not the queue's 429
+        assert time.monotonic() - started < 2.9  # its queue_timeout_s is 3
         assert holder.result()[0] == 200
 
 
