@@ -26,7 +26,7 @@ class CalibrationSummary:
     predicted: float | None  # mean predicted P(adequate) over labels that had one
     observed: float  # share judged adequate
     ece: float | None  # expected calibration error, 10 equal-width bins
-    drift: bool  # observed below predicted by more than the margin (with enough labels)
+    drift: bool  # over labels with a prediction: observed below predicted beyond the margin
 
 
 def expected_calibration_error(pairs: list[tuple[float, bool]], bins: int = _BINS) -> float:
@@ -73,10 +73,13 @@ class CalibrationMonitor:
             (label.predicted, label.adequate) for label in labels if label.predicted is not None
         ]
         predicted = sum(p for p, _ in pairs) / len(pairs) if pairs else None
+        # Drift compares like with like: the labels that carried a prediction. Labels without
+        # one (pinned requests, tenants without routing) are other traffic, often harder.
+        scored_observed = sum(adequate for _, adequate in pairs) / len(pairs) if pairs else 0.0
         drift = (
             predicted is not None
             and len(pairs) >= self.min_labels
-            and observed < predicted - self.margin
+            and scored_observed < predicted - self.margin
         )
         return CalibrationSummary(
             n=n,

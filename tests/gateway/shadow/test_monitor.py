@@ -1,0 +1,21 @@
+"""The calibration monitor's drift alarm."""
+
+from gateway.shadow.monitor import CalibrationMonitor, Label
+
+
+def test_labels_without_a_prediction_do_not_raise_the_drift_alarm() -> None:
+    monitor = CalibrationMonitor(window=1000, margin=0.1, min_labels=50)
+    for i in range(100):  # routed and perfectly calibrated: predicted 0.8, 80% adequate
+        monitor.add("t", "nvfp4", Label(0.8, 0.1, i % 5 != 0, 0.0))
+    for i in range(100):  # pinned by the client to the cheap tier: no prediction, harder
+        monitor.add("t", "nvfp4", Label(None, None, i % 10 < 3, 0.0))
+    summary = monitor.summary("t", "nvfp4")
+    assert summary.observed == 0.55  # still the share of every label judged adequate
+    assert not summary.drift
+
+
+def test_scored_labels_below_their_prediction_raise_the_drift_alarm() -> None:
+    monitor = CalibrationMonitor(window=1000, margin=0.1, min_labels=50)
+    for i in range(100):  # predicted 0.8, only 50% adequate
+        monitor.add("t", "nvfp4", Label(0.8, 0.1, i % 2 == 0, 0.0))
+    assert monitor.summary("t", "nvfp4").drift
