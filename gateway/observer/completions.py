@@ -18,16 +18,22 @@ def _choice_text(choice: dict[str, Any]) -> str:
         part = choice.get(key)
         if isinstance(part, dict):
             content = part.get("content")
-            if isinstance(content, str):
-                return content
+            text = content if isinstance(content, str) else ""
             calls = part.get("tool_calls")
             if isinstance(calls, list):
-                return "".join(
-                    str(call.get("function", {}).get("arguments", ""))
-                    for call in calls
-                    if isinstance(call, dict)
-                )
+                # Content may sit beside the calls (often ""), and a call is its function's
+                # name and arguments: two calls that differ only in the name are different
+                # answers. A stream sends the name once, then the arguments in pieces.
+                text += "".join(_tool_call_text(call) for call in calls)
+            return text
     return ""
+
+
+def _tool_call_text(call: Any) -> str:
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(function, dict):
+        return ""
+    return f"{function.get('name') or ''}{function.get('arguments') or ''}"
 
 
 def completion_texts(body: bytes) -> list[str]:
