@@ -149,7 +149,10 @@ async def relay_stream(exchange: Exchange, response: UpstreamResponse, stall_s: 
         if tail and (_USAGE_MARKERS[0] in tail or _USAGE_MARKERS[1] in tail):
             tail = _take_usage(tail, exchange.strip_usage, record)
         if tail:
-            await channel.body(rewrite(tail), more=True)
+            tail = rewrite(tail)
+            if exchange.captured is not None:  # the shadow judge reads the whole answer
+                exchange.captured.append(tail)
+            await channel.body(tail, more=True)
         await channel.body(b"", more=False)
     except UpstreamFailure as exc:
         if channel.disconnected:  # the client left (and the upstream was aborted for it)
