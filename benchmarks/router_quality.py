@@ -294,7 +294,7 @@ def _alpha_summary(
     tq, tc = np.concatenate(tuned_q), np.concatenate(tuned_c)
     bq, bc = np.concatenate(base_q), np.concatenate(base_c)
     diff = tq - bq
-    low, high = _paired_bootstrap(diff, runs, n_boot)
+    low, high = _paired_bootstrap(_per_prompt_means(diff, runs), n_boot)
     floor = quality_floor(c, alpha)
     return {
         "quality_floor": floor,
@@ -317,13 +317,23 @@ def _alpha_summary(
     }
 
 
-def _paired_bootstrap(
-    diff: NDArray[np.float64], runs: list[dict[str, Any]], n_boot: int
-) -> tuple[float, float]:
-    """95% interval of the mean difference, resampling prompts (each seed covers every prompt
-    once, so rows are grouped per prompt across seeds)."""
-    n_seeds = len({r["seed"] for r in runs})
-    per_prompt = diff.reshape(n_seeds, -1).mean(axis=0) if diff.size % n_seeds == 0 else diff
+def _per_prompt_means(
+    values: NDArray[np.float64], runs: list[dict[str, Any]]
+) -> NDArray[np.float64]:
+    """Each prompt's mean of `values` (pooled over `runs`, in their order) across seeds.
+
+    Every seed's split tests each prompt once, but in its own fold order, so the rows are
+    matched to prompts by the runs' test indices, not by position.
+    """
+    prompts = np.concatenate([run["test"] for run in runs])
+    counts = np.bincount(prompts)
+    seen = counts > 0
+    return np.bincount(prompts, weights=values)[seen] / counts[seen]
+
+
+def _paired_bootstrap(per_prompt: NDArray[np.float64], n_boot: int) -> tuple[float, float]:
+    """95% interval of the mean difference, resampling prompts: the seeds repeat the same
+    prompts, so they are not independent samples."""
     rng = np.random.default_rng(0)
     idx = rng.integers(0, per_prompt.size, size=(n_boot, per_prompt.size))
     means = per_prompt[idx].mean(axis=1)
