@@ -301,12 +301,12 @@ def _alpha_summary(
         "tuned": {
             "quality": float(tq.mean()),
             "cost": float(tc.mean()),
-            "quality_wilson95": _wilson(tq),
+            "quality_wilson95": _wilson(_per_prompt_means(tq, runs)),
         },
         "uniform": {
             "quality": float(bq.mean()),
             "cost": float(bc.mean()),
-            "quality_wilson95": _wilson(bq),
+            "quality_wilson95": _wilson(_per_prompt_means(bq, runs)),
         },
         "quality_difference": float(diff.mean()),
         "quality_difference_ci95": [low, high],
@@ -340,9 +340,11 @@ def _paired_bootstrap(per_prompt: NDArray[np.float64], n_boot: int) -> tuple[flo
     return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
 
 
-def _wilson(successes: NDArray[np.float64], z: float = 1.96) -> list[float]:
-    n = successes.size
-    p = float(successes.mean())
+def _wilson(per_prompt: NDArray[np.float64], z: float = 1.96) -> list[float]:
+    """Wilson 95% interval of an accuracy over the prompts, not over the pooled seed runs
+    (each seed repeats every prompt, which would count each answer `seeds` times)."""
+    n = per_prompt.size
+    p = float(per_prompt.mean())
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
     return [centre - half, centre + half]

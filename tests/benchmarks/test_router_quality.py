@@ -42,3 +42,21 @@ def test_paired_interval_resamples_prompts_not_seed_copies() -> None:
     means = per_prompt[idx].mean(axis=1)
     expected = [float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))]
     assert np.allclose(summary["quality_difference_ci95"], expected)
+
+
+def test_wilson_interval_counts_prompts_once() -> None:
+    rng = np.random.default_rng(4)
+    correct = (rng.random((N_PROMPTS, 3)) < 0.6).astype(float)
+    labels = SimpleNamespace(correct=correct)
+    summary = _alpha_summary(
+        labels,  # type: ignore[arg-type]
+        held_out_runs(N_PROMPTS, SEEDS),
+        0.97,
+        (0.25, 0.5, 1.0),
+        BOOT,
+    )
+    # Uniform routing answers each prompt the same way in every seed: N_PROMPTS answers.
+    p, n, z = correct[:, 0].mean(), N_PROMPTS, 1.96
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    assert np.allclose(summary["uniform"]["quality_wilson95"], [centre - half, centre + half])
