@@ -54,6 +54,7 @@ from router_models.training import (
     cross_validate,
     fit_router,
     fit_scorer_elsewhere,
+    request_folds,
 )
 from router_models.vectorize import FeatureMatrix, featurize
 
@@ -173,7 +174,9 @@ def _baseline(labels: LabelSet, costs: Sequence[float], folds: int) -> dict[str,
     )
     wins = (labels.correct[:, -1] > labels.correct[:, 0]).astype(int)
     score = np.empty(len(labels))
-    for train, test in KFold(folds, shuffle=True, random_state=0).split(texts):
+    # Folds over requests, as the routers' cross-validation has them: a duplicated prompt
+    # (the set has some) on both sides would let the test fold see its own label.
+    for train, test in request_folds(labels, folds, 0):
         model = LogisticRegression(C=1.0, max_iter=2000).fit(x[train], wins[train])
         score[test] = model.decision_function(x[test])
     apgr, (cpt50, cpt80) = apgr_cpt(_risk_as_proba(score), labels.correct, costs)

@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 from sklearn.model_selection import KFold
 
-from benchmarks.router_quality import _alpha_summary
+from benchmarks.router_quality import _alpha_summary, _baseline
+from router_models.data import LabelSet
 
 N_PROMPTS, SEEDS, BOOT = 200, 4, 500
 
@@ -60,3 +61,20 @@ def test_wilson_interval_counts_prompts_once() -> None:
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
     assert np.allclose(summary["uniform"]["quality_wilson95"], [centre - half, centre + half])
+
+
+def test_baseline_folds_keep_a_duplicated_prompt_on_one_side() -> None:
+    # Every prompt twice, each a unique word with a random "strong wins" label: the text
+    # says nothing about a new prompt, so only a copy seen in training can predict it.
+    rng = np.random.default_rng(5)
+    n = 150
+    wins = rng.random(n) < 0.5
+    requests = tuple(
+        {"messages": [{"role": "user", "content": f"prompt{i % n}"}]} for i in range(2 * n)
+    )
+    strong = np.concatenate([wins, wins]).astype(float)
+    correct = np.column_stack([np.zeros(2 * n), strong])
+    ids = tuple(str(i) for i in range(2 * n))
+    labels = LabelSet(("cheap", "strong"), requests, correct, ids)
+    apgr = _baseline(labels, (0.5, 1.0), 5)["apgr"]
+    assert apgr < 0.6  # folds over rows, a copy in training: 0.74 here (random: 0.5)
