@@ -19,6 +19,7 @@ from gateway.proxy.channel import ClientChannel
 from gateway.proxy.relay import Exchange, relay_stream
 from gateway.routing.policy import Decision
 from gateway.stats import Ladder, RequestRecord
+from tests.gateway.proxy.exchanges import pinned_exchange, relayed_body
 from tests.helpers import free_port
 
 ADDRESS = "10.7.7.7:8123"
@@ -72,27 +73,11 @@ class _CutStream:
 
 
 def test_a_stream_cut_by_a_timeout_ends_without_the_endpoint_address() -> None:
-    sent: list[dict[str, Any]] = []
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    async def receive() -> dict[str, Any]:
-        await asyncio.sleep(3600)
-        return {}
-
-    async def run() -> None:
-        record = RequestRecord(tenant="t", kind="chat", ladder=Ladder(("a",), (1.0,)))
-        record.request_id = b"req_1"
-        exchange = Exchange(
-            "chat", {}, Decision(0, None, "pinned"), ClientChannel(send, receive), 0.0, record
-        )
-        stream = _CutStream(UpstreamTimeout(f"upstream {ADDRESS} passed the total deadline"))
-        response: UpstreamResponse = stream  # type: ignore[assignment]
-        await relay_stream(exchange, response, stall_s=60.0)
-
-    asyncio.run(run())
-    body = b"".join(message.get("body", b"") for message in sent)
+    exchange, sent = pinned_exchange()
+    stream = _CutStream(UpstreamTimeout(f"upstream {ADDRESS} passed the first byte deadline"))
+    response: UpstreamResponse = stream  # type: ignore[assignment]
+    asyncio.run(relay_stream(exchange, response, stall_s=60.0))
+    body = relayed_body(sent)
     assert b"timed out" in body and ADDRESS.encode() not in body
 
 
