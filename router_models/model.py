@@ -133,7 +133,9 @@ class RouterModel:
     def routing_proba_one(self, score: float) -> tuple[float, ...]:
         """What routing compares with thresholds for a request of this score (see
         `labels.routing_proba`: the calibrated probabilities under the relative label)."""
-        return routing_proba_one(self._calibration.predict_one(score), self._label)
+        proba = self._calibration.predict_one(score)
+        # The hot path: the usual (relative) label pays no further call.
+        return proba if self._label == "relative" else routing_proba_one(proba, self._label)
 
     # -- batch path -------------------------------------------------------------------------
     def features(

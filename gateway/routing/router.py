@@ -15,7 +15,7 @@ swaps a tenant's model for one with refitted calibrators, as one reference assig
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
@@ -59,6 +59,16 @@ def ladder_positions(model_tiers: tuple[str, ...], gateway_tiers: list[str]) -> 
 # the bootstrap takes about a second on 14,000 rows; a reload runs on the event loop.
 _PRETESTS: dict[tuple[object, ...], PreTest] = {}
 _MAX_PRETESTS = 64
+
+
+def _kept_pretest(key: tuple[object, ...], compute: Callable[[], PreTest]) -> PreTest:
+    """The pre-test kept under `key`, computed once; the oldest goes past _MAX_PRETESTS."""
+    check = _PRETESTS.get(key)
+    if check is None:
+        if len(_PRETESTS) >= _MAX_PRETESTS:
+            del _PRETESTS[next(iter(_PRETESTS))]
+        check = _PRETESTS[key] = compute()
+    return check
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,14 +210,12 @@ def tune_on(
     c = np.asarray(correct, dtype=np.float64)[:, columns]
     costs = [settings.tiers[tier].relative_cost for tier in tiers]
     result = tune(p, c, costs, alpha=alpha)
-    key = None if model_id is None else (model_id, tuple(columns), tuple(costs))
-    check = None if key is None else _PRETESTS.get(key)
-    if check is None:
+    if model_id is None:
         check = pretest(p, c, costs)
-        if key is not None:
-            if len(_PRETESTS) >= _MAX_PRETESTS:
-                del _PRETESTS[next(iter(_PRETESTS))]
-            _PRETESTS[key] = check
+    else:
+        check = _kept_pretest(
+            (model_id, tuple(columns), tuple(costs)), lambda: pretest(p, c, costs)
+        )
     thresholds = list(never)  # tiers the tenant may not use are never chosen anyway
     for tier, threshold in zip(tiers[:-1], result.thresholds, strict=True):
         thresholds[tier] = float(threshold)
