@@ -428,7 +428,12 @@ class VllmServer:
 
     def start(self) -> None:
         env = server_environ(
-            {"VLLM_CPU_OMP_THREADS_BIND": str(self.core), "VLLM_API_KEY": ENGINE_API_KEY},
+            {
+                "VLLM_CPU_OMP_THREADS_BIND": str(self.core),
+                "VLLM_API_KEY": ENGINE_API_KEY,
+                # POST /pause?mode=keep: the observer test freezes requests in an engine.
+                "VLLM_SERVER_DEV_MODE": "1",
+            },
             self.scratch,
             VLLM_CACHE,
         )

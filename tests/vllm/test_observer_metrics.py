@@ -7,24 +7,30 @@ both see the same counters and the first observer scrape lands before any traffi
 
 from __future__ import annotations
 
+import contextlib
+import json
 import threading
 import time
+import urllib.request
 import uuid
-from dataclasses import fields
+from collections.abc import Iterator
+from dataclasses import dataclass, fields
+from threading import Semaphore
 from typing import Any
 
 import pytest
-from openai import OpenAI
 
 from gateway.observer.acceptance import inverse_accepted_per_round
 from gateway.observer.vllm_metrics import CounterDeltas, counter_deltas
-from tests.vllm.deployment import ENGINE_API_KEY, Deployment, VllmServer
+from tests.vllm.deployment import Deployment, VllmServer
 from tests.vllm.support import (
+    ENGINE_HEADERS,
     PUBLIC_MODEL,
     EngineScrape,
     admin_get,
     client,
     observed_gateway,
+    post_json,
     settled_scrape,
     wait_for,
 )
@@ -119,95 +125,115 @@ def test_observer_counters_equal_the_engine(deployment: Deployment) -> None:
     assert tiers["plain"]["r"]["a_obs"] is None and tiers["prefix"]["r"]["a_obs"] is None
 
 
-def hold_streams(
-    server: VllmServer, count: int, stop: threading.Event, starts: list[float]
-) -> list[threading.Thread]:
-    """`count` long greedy streams straight to the engine, held until `stop` is set. A stream
-    ends by itself at max_model_len (seconds on a quiet machine); they are then started again
-    together, and the time of every start goes to `starts`, so a reader knows when the
-    plateau began. Together: the same prompt length and token budget make them end together,
-    so a plateau lasts a whole stream (restarted one by one, the last restart was seldom 3 s
-    old on a fast host, and the test waited for a plateau it never saw)."""
-    engine = OpenAI(base_url=f"{server.url}/v1", api_key=ENGINE_API_KEY, max_retries=0, timeout=120)
-    barrier = threading.Barrier(count)
+def send_together(server: VllmServer, count: int) -> tuple[list[threading.Thread], Semaphore]:
+    """`count` long greedy streams straight to the engine, each from its own thread, read
+    raw (six threads parsing SSE here, beside the in-process gateway, slowed every scrape).
+    Each thread releases the semaphore once its first event arrives: that request runs."""
+    body = {
+        "model": server.served_model_name,
+        "max_tokens": 1000,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    started = Semaphore(0)
 
-    def run(i: int) -> None:
-        while not stop.is_set():
-            try:
-                barrier.wait(timeout=120)
-            except threading.BrokenBarrierError:
-                return  # stopping: another stream broke the barrier on its way out
-            starts.append(time.monotonic())
-            stream = engine.completions.create(
-                model=server.served_model_name,
-                prompt=f"stream {i}: once upon a time",
-                max_tokens=1000,
-                temperature=0,
-                stream=True,
-                extra_body={"ignore_eos": True},
-            )
-            with stream:
-                for _ in stream:
-                    if stop.is_set():
-                        break
-        barrier.abort()  # the streams still waiting to restart stop too
+    def run(prompt: str) -> None:
+        data = json.dumps({**body, "prompt": prompt}).encode()
+        request = urllib.request.Request(
+            f"{server.url}/v1/completions", data=data, headers=ENGINE_HEADERS
+        )
+        with urllib.request.urlopen(request, timeout=120) as response:
+            response.readline()
+            started.release()
+            response.read()
 
-    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(count)]
+    threads = [
+        threading.Thread(target=run, args=(f"story {i}: once",), daemon=True) for i in range(count)
+    ]
     for thread in threads:
         thread.start()
-    return threads
+    return threads, started
+
+
+@dataclass(frozen=True)
+class Load:
+    """What one scrape says the engine holds and has done."""
+
+    concurrency: float
+    generated: float
+
+    @classmethod
+    def of(cls, server: VllmServer) -> Load:
+        scrape = EngineScrape.of(server)
+        return cls(
+            scrape.value("vllm:num_requests_running") + scrape.value("vllm:num_requests_waiting"),
+            scrape.value("vllm:generation_tokens_total"),
+        )
 
 
 def engine_concurrency(server: VllmServer) -> float:
-    scrape = EngineScrape.of(server)
-    return scrape.value("vllm:num_requests_running") + scrape.value("vllm:num_requests_waiting")
+    return Load.of(server).concurrency
+
+
+@contextlib.contextmanager
+def held_in_pause(server: VllmServer, count: int, attempts: int = 5) -> Iterator[Load]:
+    """`count` requests frozen in the engine by vLLM's `POST /pause?mode=keep` (the
+    scheduler keeps its requests and steps no more) until `/resume`; yields the engine's
+    load once paused. The engine then holds them for as long as the test needs and leaves
+    both cores to the observer: running, six requests kept the engine core and its worker
+    busy, every scrape took seconds, and a plateau of a few seconds was often missed (a CI
+    run saw none in 150 s). The pause is sent once every stream has its first event: a
+    scrape of a busy engine could take longer than the requests (under load it always
+    did). Should the pause still come late, the engine is resumed and a new batch sent."""
+    missed: list[Load] = []  # the load once paused, when it was not `count`
+    for _ in range(attempts):
+        threads, started = send_together(server, count)
+        try:
+            if not all(started.acquire(timeout=60) for _ in range(count)):
+                raise AssertionError(f"{count} streams did not all start in 60 s")
+            post_json(f"{server.url}/pause?mode=keep", {})
+            try:
+                load = Load.of(server)
+                if load.concurrency == count:
+                    yield load
+                    return
+                missed.append(load)
+            finally:
+                post_json(f"{server.url}/resume", {})
+        finally:
+            for thread in threads:
+                thread.join(timeout=120)
+    raise AssertionError(f"no pause caught {count} requests running: {missed}")
 
 
 def test_observer_concurrency_is_the_engines(deployment: Deployment) -> None:
-    """Six streams held in the `prefix` engine, straight to vLLM (not through the gateway):
-    with a 1 s window, every observer scrape in it lands on the plateau, which our own
-    scrapes before and after reading the view bracket (and no stream restarted since). A
-    plateau lasts one stream, about 6 s on a loaded host: the shorter the window, the more
-    of it is left to read the view and the plan in (with a 2 s window a CI run saw none)."""
+    """Six requests held in the paused `prefix` engine, sent straight to vLLM (not through
+    the gateway): the observer's 1 s window then reads six in every scrape, and so does the
+    planner's C. The engine is paused only once all six run, and no token is generated while
+    the view is read, so the plateau is the engine's own, not a guess from timing."""
     server = deployment["prefix"]
     held = 6
-    window = {"window_s": 1.0, "bucket_s": 0.5, "scrape_interval_s": 0.1}
-    stop = threading.Event()
-    with observed_gateway(deployment, observer_overrides=window) as gw:
-        starts: list[float] = []
-        threads = hold_streams(server, held, stop, starts)
-        try:
-            seen: list[tuple[float, float]] = []  # (engine concurrency, plateau age)
+    window_s = 1.0
+    window = {"window_s": window_s, "bucket_s": 0.5, "scrape_interval_s": 0.1}
+    with (
+        observed_gateway(deployment, observer_overrides=window) as gw,
+        held_in_pause(server, held) as frozen,
+    ):
+        # A window after the pause, and a second more for a scrape sent before it.
+        time.sleep(window_s + 1.0)
 
-            def bracketed() -> tuple[dict[str, Any], dict[str, Any]] | None:
-                before = engine_concurrency(server)
-                # The last (re)start: the plateau cannot be older. The window is 1 s; the extra
-                # second covers the time a request takes to reach the engine.
-                began = max(starts, default=time.monotonic())
-                seen.append((before, time.monotonic() - began))
-                if before != held or time.monotonic() - began < 2.0:
-                    return None  # not yet a window's worth of plateau: try again
-                view = admin_get(gw, "/admin/regime")["tiers"]
-                plan = admin_get(gw, "/admin/plan?refresh=1")["tiers"]
-                after = engine_concurrency(server)
-                if after != held or max(starts) != began:
-                    return None  # a stream ended (and restarted) while the view was read
-                # A scrape can be late on two busy cores; the next view will have one.
-                return (view, plan) if view["prefix"]["concurrency"]["engine_mean"] else None
+        def scraped() -> dict[str, Any] | None:
+            tiers: dict[str, Any] = admin_get(gw, "/admin/regime")["tiers"]
+            return tiers if tiers["prefix"]["concurrency"]["engine_mean"] else None
 
-            try:
-                view, plan = wait_for(bracketed, "an observer view read on the plateau", 150)
-            except AssertionError as exc:
-                raise AssertionError(
-                    f"{exc}; last (concurrency, plateau age): {seen[-20:]}"
-                ) from None
-        finally:
-            stop.set()
-            for thread in threads:
-                thread.join(timeout=30)
+        view = wait_for(scraped, "an observer scrape in the window")
+        plan = admin_get(gw, "/admin/plan?refresh=1")["tiers"]
+        assert Load.of(server) == frozen  # nothing moved while the view was read
     assert view["prefix"]["concurrency"]["engine_mean"] == held
     assert view["plain"]["concurrency"]["engine_mean"] in {0.0, None}
     assert view["spec"]["concurrency"]["engine_mean"] in {0.0, None}
     # No traffic went through the gateway, so the planner's C is the engine's.
     assert plan["prefix"]["regime"]["concurrency"] == held
-    wait_for(lambda: engine_concurrency(server) == 0, "the held streams to be aborted")
+    # Resumed, the requests ran to their end.
+    wait_for(lambda: engine_concurrency(server) == 0, "the held requests to finish")
