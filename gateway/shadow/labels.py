@@ -40,7 +40,9 @@ class LabelLog:
         line = orjson.dumps(record) + b"\n"
         with self._lock:
             file = self._open()
-            if file.tell() + len(line) > self.max_bytes and file.tell() > 0:
+            # The file's size, not this handle's position: other workers append to it too.
+            size = os.fstat(file.fileno()).st_size
+            if size + len(line) > self.max_bytes and size > 0:
                 self._rotate()
                 file = self._open()
             file.write(line)
@@ -48,9 +50,22 @@ class LabelLog:
             self.written += 1
 
     def _open(self) -> IO[bytes]:
+        if self._file is not None and not self._is_current(self._file):
+            # Another worker (`serve --workers N`) rotated the file: appending to the old one
+            # would write into a backup, and after `backups` more rotations into a deleted file.
+            self._file.close()
+            self._file = None
         if self._file is None:
             self._file = self.path.open("ab")
         return self._file
+
+    def _is_current(self, file: IO[bytes]) -> bool:
+        try:
+            on_disk = self.path.stat()
+        except FileNotFoundError:
+            return False
+        held = os.fstat(file.fileno())
+        return (on_disk.st_dev, on_disk.st_ino) == (held.st_dev, held.st_ino)
 
     def _rotate(self) -> None:
         if self._file is not None:

@@ -210,6 +210,24 @@ def test_label_log_rotates_and_keeps_the_format(tmp_path: Path) -> None:
     assert last[-1]["id"] == "19" and last[-1]["correct"] == {"nvfp4": 1, "bf16": 1}
 
 
+def test_label_logs_of_several_workers_share_one_rotation(tmp_path: Path) -> None:
+    """`serve --workers N`: every worker appends to the same file and any may rotate it. A
+    worker that labels seldom must not write into a backup, nor into one rotated away."""
+    path = tmp_path / "labels.jsonl"
+    busy, quiet = (LabelLog(path, max_bytes=1000, backups=3) for _ in range(2))
+    quiet.append({"id": "quiet-first"})
+    for i in range(150):  # enough for more rotations than there are backups
+        busy.append({"id": str(i), "pad": "x" * 30})
+    quiet.append({"id": "quiet-second"})
+    for log in (busy, quiet):
+        log.close()
+    current = [json.loads(line)["id"] for line in path.read_text().splitlines()]
+    assert current[-1] == "quiet-second"
+    # Each rotation moved a full file: the two writers kept as much as one would.
+    backups = sorted(tmp_path.glob("labels.jsonl.*"))
+    assert len(backups) == 3 and all(p.stat().st_size > 900 for p in backups)
+
+
 def test_label_log_without_backups_truncates_instead_of_growing(tmp_path: Path) -> None:
     path = tmp_path / "labels.jsonl"
     log = LabelLog(path, max_bytes=4096, backups=0)
