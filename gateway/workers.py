@@ -171,6 +171,23 @@ class WorkerSupervisor:
         self._reservation.close()
 
 
+def reload_sibling_workers() -> bool:
+    """In a worker of `serve --workers N`: asks the supervisor to reload every worker (it
+    forwards SIGHUP to each, this one included). An admin reload reaches only the worker that
+    took the connection, and the others' file watch misses what changes beside the config
+    file (a retrained router model in `router.model_dir`). False outside a worker."""
+    from gateway.launcher import PARENT_PID_ENV
+
+    supervisor = os.environ.get(PARENT_PID_ENV)
+    if not supervisor:
+        return False
+    try:
+        os.kill(int(supervisor), signal.SIGHUP)
+    except (ProcessLookupError, ValueError):
+        return False
+    return True
+
+
 def _forget_live_gauges(pid: int | None) -> None:
     """Drops a dead worker's live-mode gauge files (`livesum`, `livemax`): the merged
     exposition reads every file in the directory, so a dead worker's regime and flag gauges
@@ -179,4 +196,4 @@ def _forget_live_gauges(pid: int | None) -> None:
         prometheus_multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
 
 
-__all__ = ["WorkerSupervisor", "reuseport_socket"]
+__all__ = ["WorkerSupervisor", "reload_sibling_workers", "reuseport_socket"]

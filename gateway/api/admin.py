@@ -125,6 +125,9 @@ async def reload(request: Request, gateway: Gateway) -> Any:
         return error_response(
             InvalidRequestError(f"Reload refused, the running config stays: {refused}")
         )
+    from gateway.workers import reload_sibling_workers
+
+    reload_sibling_workers()  # under `serve --workers N`, the other workers too
     return {"reloaded": True, "reloads": gateway.reloads}
 
 

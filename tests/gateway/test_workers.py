@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway.config import AdminSettings
 from gateway.workers import WorkerSupervisor
 from tests.helpers import API_KEY, MODEL, GatewayProcess, Ladder, send, write_settings
 
@@ -316,6 +317,51 @@ def test_sighup_reloads_every_worker_and_a_second_supervisor_is_refused(
         assert ok == 20
         assert gw.process.poll() is None  # the supervisor lives on
     assert not list(scratch.glob("tiergate-metrics-*"))  # its folder went with it
+
+
+def write_unseen_by_the_file_watch(path: Path, data: dict[str, object]) -> None:
+    """Rewrites `path` keeping its mtime: as a change beside the config file (a retrained
+    router model) would, only an explicit reload applies it."""
+    import yaml
+
+    before = path.stat()
+    path.write_text(yaml.safe_dump(data))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+def every_worker_accepts(url: str, key: str) -> bool:
+    """20 fresh connections in a row (spread over the workers) accept `key`."""
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    deadline = time.monotonic() + 15
+    ok = 0
+    while ok < 20 and time.monotonic() < deadline:
+        reply = send("POST", f"{url}/v1/chat/completions", chat, key=key)
+        ok = ok + 1 if reply.status == 200 else 0
+        time.sleep(0.05)
+    return ok == 20
+
+
+@pytest.mark.slow
+def test_an_admin_reload_reloads_every_worker(
+    ladder: Ladder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    admin = AdminSettings(token="admin-token")
+    settings = ladder.settings().model_copy(update={"admin": admin})
+    path = write_settings(tmp_path / "tiergate.yaml", settings)
+    data = settings.model_dump(mode="json")
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    process = GatewayProcess(path, env={"TMPDIR": str(tmp_path)})
+    process.argv_extra = ["--workers", "2"]
+    with process as gw:
+        deadline = time.monotonic() + 60
+        while listening_sockets(gw.port) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        data["tenants"] = [{"name": "default", "api_keys": ["sk-admin-reload"]}]
+        write_unseen_by_the_file_watch(path, data)
+        reply = send("POST", f"{gw.url}/admin/reload", {}, key="admin-token")
+        assert reply.status == 200
+        # The worker that answered, and the other one.
+        assert every_worker_accepts(gw.url, "sk-admin-reload")
 
 
 @pytest.mark.slow
