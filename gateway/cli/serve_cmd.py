@@ -128,6 +128,7 @@ def up(
     from gateway.app import build_app
     from gateway.launcher import (
         banner,
+        clear_multiprocess_dir,
         exit_on_sigterm,
         freeze_startup_heap,
         local_sim_specs,
@@ -166,6 +167,9 @@ def up(
         specs = local_sim_specs(settings, ("--time-scale", str(sim_time_scale)))
     host = settings.server.host
     _refuse_busy_ports(host, settings.server.port, [spec.port for spec in specs], config)
+    # As `serve` does: with $PROMETHEUS_MULTIPROC_DIR exported, the last run's files would
+    # count as this run's (its counters, and a dead process's in-flight gauges).
+    clear_multiprocess_dir()
     try:
         with running_sims(specs):
             with config_errors_exit():

@@ -287,3 +287,36 @@ def test_up_says_it_runs_one_process_whatever_server_workers_asks(tmp_path: Path
     done = subprocess.run(argv, check=False, env=env, capture_output=True, text=True, timeout=60)
     assert "server.workers (2) is for `tiergate serve`" in done.stderr
     assert done.returncode == 2
+
+
+def test_up_does_not_report_the_last_runs_metric_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With $PROMETHEUS_MULTIPROC_DIR exported (as a deployment may do for every process),
+    `up` starts from zero as `serve` does: the files of a run that ended are not its own."""
+    from prometheus_client import CollectorRegistry, Counter, values
+    from prometheus_client.values import MultiProcessValue
+
+    metrics = tmp_path / "metrics"
+    metrics.mkdir()
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(metrics))
+    # A finished run's counter file, written as process 999999 would have.
+    monkeypatch.setattr(values, "ValueClass", MultiProcessValue(lambda: 999999))  # type: ignore[no-untyped-call]
+    labels = ["tenant", "tier", "endpoint", "status"]
+    stale = Counter("tiergate_requests", "", labels, registry=CollectorRegistry())
+    stale.labels("default", "nvfp4", "chat", "200").inc(5)
+    port, base = free_port(), free_port_block(3)
+    argv = ["up", "--port", str(port), "--sim-base-port", str(base)]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli.main", *argv],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}/ready", 60, process)
+        text = send("GET", f"http://127.0.0.1:{port}/metrics", key=None).body.decode()
+        assert "tiergate_build_info" in text  # the merged exposition of this run
+        assert "tiergate_requests_total" not in text
+    finally:
+        stop_processes([process])
