@@ -179,7 +179,8 @@ def reload_sibling_workers() -> bool:
     from gateway.launcher import PARENT_PID_ENV
 
     supervisor = os.environ.get(PARENT_PID_ENV)
-    if not supervisor:
+    # Only our own parent: a variable inherited from elsewhere must not signal a stranger.
+    if not supervisor or supervisor != str(os.getppid()):
         return False
     try:
         os.kill(int(supervisor), signal.SIGHUP)

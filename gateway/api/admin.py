@@ -18,6 +18,7 @@ from starlette.routing import Route
 
 from gateway.api.routes import error_response
 from gateway.errors import AuthenticationError, InvalidRequestError, PermissionDeniedError
+from gateway.workers import reload_sibling_workers
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
@@ -125,8 +126,6 @@ async def reload(request: Request, gateway: Gateway) -> Any:
         return error_response(
             InvalidRequestError(f"Reload refused, the running config stays: {refused}")
         )
-    from gateway.workers import reload_sibling_workers
-
     reload_sibling_workers()  # under `serve --workers N`, the other workers too
     return {"reloaded": True, "reloads": gateway.reloads}
 
