@@ -214,7 +214,10 @@ def _score(name: str, line_no: int, tier: str, value: Any) -> float:
         return math.nan
     if not isinstance(value, int | float):
         raise LabelDataError(name, f"score for tier {tier!r} is not a number: {value!r}", line_no)
-    score = float(value)
+    try:
+        score = float(value)
+    except OverflowError:  # an integer too large for a float (JSON allows any length)
+        score = math.inf
     if not 0.0 <= score <= 1.0:  # also rejects NaN
         raise LabelDataError(name, f"score for tier {tier!r} is outside [0, 1]: {value!r}", line_no)
     return score

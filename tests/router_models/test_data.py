@@ -51,6 +51,8 @@ def test_ladder_defaults_to_the_first_rows_order(tmp_path: Path) -> None:
         ),
         ([json.dumps({**GOOD, "correct": {"x": 1}})], 1, "tier(s) y missing"),
         ([json.dumps({**GOOD, "correct": {"x": 1.5, "y": 1}})], 1, "outside [0, 1]"),
+        # An integer score too large for a float: not float()'s OverflowError.
+        ([json.dumps({**GOOD, "correct": {"x": 10**400, "y": 1}})], 1, "outside [0, 1]"),
         ([json.dumps({**GOOD, "correct": {"x": "yes", "y": 1}})], 1, "not a number"),
         ([json.dumps({"correct": {"x": 1, "y": 1}})], 1, "neither 'messages' nor 'prompt'"),
         ([json.dumps({**GOOD, "messages": "hi"})], 1, "list of objects"),
