@@ -10,8 +10,9 @@ numbers plus numpy arrays (the only thing saved: never a pickle); and `from_stat
   word, bigram and character grams plus one-hot quantile bins of the dense features, a
   piecewise-constant additive model that costs one `bisect` per feature at routing time.
 - `gbdt`: gradient-boosted trees (HistGradientBoosting) over the dense features and the linear
-  text score; the text score it trains on is out-of-fold, so the trees never see a text score
-  that was fitted on the same row (stacking without leakage).
+  text score; the text score it trains on is out-of-fold (folds keep rows with identical
+  features together), so the trees never see a text score that was fitted on the same row or
+  on a duplicate of it (stacking without leakage).
 """
 
 from __future__ import annotations
@@ -237,8 +238,7 @@ class GBDTScorer(Scorer):
         if self.n_inner < 2 or n < 2 * self.n_inner:
             raise ValueError(f"need n_inner >= 2 and at least {2 * self.n_inner} rows")
         oof = np.empty(n, dtype=np.float64)
-        folds = KFold(self.n_inner, shuffle=True, random_state=self.random_state)
-        for train, test in folds.split(np.arange(n)):
+        for train, test in _grouped_folds(features, self.n_inner, self.random_state):
             inner = self._text_model().fit(
                 _rows(features, train), target[train], None if weight is None else weight[train]
             )
@@ -330,6 +330,37 @@ def _target(y: ArrayLike, features: FeatureMatrix) -> NDArray[np.float64]:
 
 def _rows(features: FeatureMatrix, index: NDArray[np.intp]) -> FeatureMatrix:
     return FeatureMatrix(features.dense[index], features.grams[index])
+
+
+def _grouped_folds(
+    features: FeatureMatrix, k: int, seed: int
+) -> list[tuple[NDArray[np.intp], NDArray[np.intp]]]:
+    """Shuffled K-fold that keeps rows with identical features (a duplicated request) in one
+    fold: a twin on the training side would give its row an in-sample text score."""
+    grams = features.grams.tocsr()
+    grams.sort_indices()
+    index: dict[tuple[bytes, bytes, bytes], int] = {}
+    groups = np.asarray(
+        [
+            index.setdefault(
+                (
+                    features.dense[i].tobytes(),
+                    grams.indices[grams.indptr[i] : grams.indptr[i + 1]].tobytes(),
+                    grams.data[grams.indptr[i] : grams.indptr[i + 1]].tobytes(),
+                ),
+                len(index),
+            )
+            for i in range(features.dense.shape[0])
+        ],
+        dtype=np.intp,
+    )
+    if len(index) < k:
+        raise ValueError(f"need at least {k} distinct requests for {k} inner folds")
+    folds = KFold(k, shuffle=True, random_state=seed).split(np.arange(len(index)))
+    return [
+        (np.flatnonzero(np.isin(groups, train)), np.flatnonzero(np.isin(groups, test)))
+        for train, test in folds
+    ]
 
 
 def _bin_edges(dense: NDArray[np.float64], n_bins: int) -> list[NDArray[np.float64]]:

@@ -14,7 +14,7 @@ from router_models.model import RouterModel
 from router_models.ngrams import GramSpec, tokens
 from router_models.request import view_request
 from router_models.scorers import SCORERS, GBDTScorer, LinearScorer, make_scorer, scorer_from_state
-from router_models.vectorize import featurize
+from router_models.vectorize import FeatureMatrix, featurize
 
 
 def lean_scores(model: RouterModel, labels: LabelSet) -> np.ndarray:
@@ -96,3 +96,34 @@ def test_unknown_scorer_and_bad_target() -> None:
     feats = featurize([{"prompt": "a"}, {"prompt": "b"}], GramSpec(bits=10))
     with pytest.raises(ValueError, match="finite"):
         LinearScorer().fit(feats, [0.0, np.nan])
+
+
+def test_gbdt_inner_folds_keep_duplicated_requests_together(
+    three_tier: LabelSet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every request twice: a twin on the training side of an inner fold would give its row an
+    # in-sample text score, which the trees would then learn to trust.
+    twice = [r for r in three_tier.requests[:60] for _ in range(2)]
+    feats = featurize(twice, GramSpec(bits=12))
+    y = np.repeat(difficulty(three_tier.correct[:60]), 2)
+    seen: list[tuple[set[bytes], set[bytes]]] = []
+
+    def key(f: FeatureMatrix) -> set[bytes]:  # a row's dense features and hashed grams
+        grams = f.grams.toarray()
+        return {f.dense[i].tobytes() + grams[i].tobytes() for i in range(len(f.dense))}
+
+    class Recording(LinearScorer):
+        def fit(self, features, y, sample_weight=None):  # type: ignore[no-untyped-def]
+            seen.append((key(features), set()))
+            return super().fit(features, y, sample_weight)
+
+        def score(self, features):  # type: ignore[no-untyped-def]
+            if seen and not seen[-1][1]:
+                seen[-1][1].update(key(features))
+            return super().score(features)
+
+    monkeypatch.setattr(GBDTScorer, "_text_model", lambda self: Recording(alpha=20.0, n_bins=0))
+    GBDTScorer(n_inner=3, max_iter=5).fit(feats, y)
+    inner = seen[:3]  # the last fit is the shipped text model, on every row
+    assert all(test for _, test in inner)
+    assert all(not (train & test) for train, test in inner)
