@@ -68,7 +68,8 @@ def render_card(facts: CardFacts) -> str:
         "",
     ]
     lines += ["## Model", "", f"- scorer: `{facts.scorer}` {dict(facts.scorer_params)}"]
-    lines += ["- calibration: one isotonic regression per non-top tier, monotone along the ladder"]
+    calibrated = "non-top tier" if facts.label == "relative" else "tier, the top tier included"
+    lines += [f"- calibration: one isotonic regression per {calibrated}, monotone along the ladder"]
     lines += ["", "## Data", ""]
     for d in facts.data:
         lines.append(f"### {d.role}")
