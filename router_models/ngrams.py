@@ -10,6 +10,7 @@ salted), and insertion-ordered dicts rather than sets keep the summation order f
 
 from __future__ import annotations
 
+import math
 import string
 import zlib
 from collections.abc import Iterable, Sequence
@@ -68,6 +69,14 @@ class GramSpec:
     char_max: int = 5
 
     def __post_init__(self) -> None:
+        # A spec read from a tampered model.json must fail here, at load, not on every request.
+        for name in ("bits", "char_min", "char_max"):
+            if type(getattr(self, name)) is not int:
+                raise ValueError(f"{name} must be an integer")
+        for name in ("word_weight", "bigram_weight", "char_weight"):
+            weight = getattr(self, name)
+            if type(weight) not in (int, float) or not math.isfinite(weight):
+                raise ValueError(f"{name} must be a finite number")
         if not 8 <= self.bits <= 24:
             raise ValueError("bits must be in [8, 24]")
         if not 1 <= self.char_min <= self.char_max:

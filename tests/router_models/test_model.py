@@ -150,7 +150,8 @@ def test_inconsistent_model_files_are_refused_at_load(
     tmp_path: Path, linear_model: RouterModel, gbdt_model: RouterModel
 ) -> None:
     """Each of these loaded, then failed per request (IndexError), looped forever (a tree
-    node that is its own child) or scored silently wrong (a gram spec of other size)."""
+    node that is its own child) or scored silently wrong (a gram spec of other size); a null
+    gram weight failed per request (TypeError)."""
 
     def bits(doc: dict[str, Any]) -> None:
         doc["gram_spec"]["bits"] = 17
@@ -166,6 +167,9 @@ def test_inconsistent_model_files_are_refused_at_load(
         inner = np.flatnonzero(~arrays["scorer__tree_is_leaf"])
         arrays["scorer__tree_feature"][inner[0]] = 999
 
+    def null_weight(doc: dict[str, Any]) -> None:
+        doc["gram_spec"]["word_weight"] = None
+
     def ladder_as_a_string(doc: dict[str, Any]) -> None:
         doc["tiers"] = "abc"
 
@@ -175,6 +179,7 @@ def test_inconsistent_model_files_are_refused_at_load(
 
     cases = [
         (linear_model, bits, None, "buckets"),
+        (linear_model, null_weight, None, "word_weight must be a finite number"),
         (linear_model, ladder_as_a_string, None, "list of tier names"),
         (linear_model, None, nan_breakpoint, "finite"),
         (linear_model, None, short_coef, "buckets"),
