@@ -55,7 +55,6 @@ def _net_savings_share(baseline: str) -> str:
 
 
 _SERVED = f'{TENANT}, {TIER}, tier!="_none"'
-_TOP = f'{TENANT}, baseline="top_tier"'
 # Means over the last hour of shadow labels that had a prediction, from sums that add up over
 # workers and replicas (the window gauges are one process's view each).
 _SCORED = _sum(
@@ -292,16 +291,9 @@ SAVINGS: Final = Dashboard(
         ),
         Panel(
             "Below the all-top-tier bill over the range",
-            "Top-tier token equivalents not spent over the time range (precision and routing).",
-            (
-                Query(
-                    _sum(
-                        "tenant",
-                        f"increase(tiergate_estimated_savings_total{{{_TOP}}}[$__range])",
-                    ),
-                    "{{tenant}}",
-                ),
-            ),
+            "Top-tier token equivalents not spent over the time range (precision and routing), "
+            "net of overspend: shadow replays count against this baseline too.",
+            (Query(_net_savings("top_tier", "increase", "$__range"), "{{tenant}}"),),
             kind="stat",
             width=8,
         ),
