@@ -267,8 +267,9 @@ class GatewayMetrics:
         )
         self.shadow_cost = Counter(
             "tiergate_shadow_cost",
-            "Estimated cost of shadow replays on the top tier, by tenant; also counted as "
-            "overspend against every baseline (what checking the router costs).",
+            "Estimated cost of shadow replays (on the top tier, or a cheaper tier when "
+            "exploring), by tenant; the replays of routed requests also count as overspend "
+            "against every baseline (what checking the router costs), pinned ones do not.",
             ["tenant"],
             registry=registry,
         )
@@ -397,10 +398,14 @@ class GatewayMetrics:
         if floor is not None and floor < len(costs):
             self._credit(add, tenant, "uniform_floor", tokens * costs[floor], served_cost)
 
-    def record_shadow_cost(self, tenant: str, cost: float) -> None:
-        """A shadow replay's estimated cost: spent only because requests are routed, so
-        routing's savings are net of it (off the hot path: counted at once)."""
+    def record_shadow_cost(self, tenant: str, cost: float, routed: bool = True) -> None:
+        """A shadow replay's estimated cost (off the hot path: counted at once). Replays of
+        routed requests are what checking the router costs, so routing's savings are net of
+        them; a pinned request's replay only collects a label (its tier was the client's
+        choice), so it is shadow cost and not routing's overspend."""
         self.shadow_cost.labels(tenant).inc(cost)
+        if not routed:
+            return
         self.overspend.labels(tenant, "top_tier").inc(cost)
         if self.uniform_floor_tier.get(tenant) is not None:
             self.overspend.labels(tenant, "uniform_floor").inc(cost)

@@ -324,7 +324,8 @@ SAVINGS: Final = Dashboard(
         Panel(
             "Estimated cost by serving tier",
             "Tokens times the tier's relative cost (top tier = 1), per second; shadow replays "
-            "(on the top tier, counted as routing's overspend) on top.",
+            "(on the top tier, or a cheaper one when exploring; those of routed requests count "
+            "as routing's overspend) on top.",
             (
                 Query(
                     _sum("tier", _rate("tiergate_estimated_cost_total", f"{TENANT}, {TIER}")),

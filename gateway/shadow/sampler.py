@@ -387,7 +387,9 @@ class ShadowSampler:
         counts = usage_counts(body)
         if counts is not None:
             self.metrics.record_shadow_cost(
-                exchange.tenant, sum(counts) * target.settings.relative_cost
+                exchange.tenant,
+                sum(counts) * target.settings.relative_cost,
+                routed=exchange.reason != "pinned",
             )
         texts = completion_texts(body)
         return texts[0] if texts else None

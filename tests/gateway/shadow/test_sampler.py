@@ -137,6 +137,32 @@ def test_without_kept_text_the_log_holds_features_and_no_text(
         load_labels([log])
 
 
+def test_a_pinned_requests_replay_is_shadow_cost_not_routings_overspend(ladder: Ladder) -> None:
+    """The client chose the tier: its replay only collects a label, so routing, which saved
+    nothing on it, is not charged for it (review P: 4 pinned requests booked 236 as overspend)."""
+    settings = ladder.settings(shadow={"rate": 1.0, "assume_deterministic": True})
+    with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
+        for content in EASY[:4]:
+            body = {
+                "model": f"{MODEL}@nvfp4",
+                "messages": [{"role": "user", "content": content}],
+                "max_tokens": 24,
+            }
+            assert send("POST", f"{gw.url}/v1/chat/completions", body).status == 200
+        labelled = {"tenant": "default", "tier": "nvfp4", "outcome": "labelled"}
+        deadline = time.monotonic() + 30
+        while (
+            time.monotonic() < deadline
+            and gw.metric("tiergate_shadow_requests_total", labelled) < 4
+        ):
+            time.sleep(0.05)
+        assert gw.metric("tiergate_shadow_requests_total", labelled) == 4
+        assert gw.metric("tiergate_shadow_cost_total", {"tenant": "default"}) >= 4 * 2
+        for baseline in ("top_tier", "uniform_floor"):
+            overspend = {"tenant": "default", "baseline": baseline}
+            assert gw.metric("tiergate_estimated_overspend_total", overspend) == 0
+
+
 def test_shadow_skips_top_tier_and_respects_rate_zero(ladder: Ladder) -> None:
     settings = ladder.settings(shadow={"rate": 0.0}, admin={"token": ADMIN})
     with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
