@@ -175,7 +175,21 @@ def load_validation(
         )
     if proba.shape[1] != n_tiers:
         raise ModelFormatError(f"{source}: {proba.shape[1]} tiers, the model has {n_tiers}")
+    _check_validation_values(source, proba, correct)
     return proba, correct
+
+
+def _check_validation_values(
+    source: Path, proba: NDArray[np.float64], correct: NDArray[np.float64]
+) -> None:
+    """Refuses values a tenant's thresholds would be tuned on silently wrong: probabilities
+    outside [0, 1] or not finite, scores outside [0, 1] (NaN is a missing score, as in the
+    label files)."""
+    if not np.all((proba >= 0.0) & (proba <= 1.0)):  # also rejects NaN
+        raise ModelFormatError(f"{source}: proba holds values that are not numbers in [0, 1]")
+    known = correct[~np.isnan(correct)]
+    if not np.all((known >= 0.0) & (known <= 1.0)):
+        raise ModelFormatError(f"{source}: correct holds scores outside [0, 1]")
 
 
 def model_checksum(path: str | Path) -> str:

@@ -220,3 +220,31 @@ def test_an_absolute_label_model_routes_on_the_loss_against_the_top_tier(
     # Shadow labels are relative: calibrators refitted on them make a relative-label model.
     flat = TierCalibration().fit(scores, np.full((50, 2), 0.5))
     assert model.with_calibration(flat).label == "relative"
+
+
+def test_validation_values_outside_their_domain_are_refused(
+    tmp_path: Path, linear_model: RouterModel
+) -> None:
+    """validation.npz with NaN or out-of-range probabilities, or scores outside [0, 1], loaded
+    silently and tenant thresholds were tuned on them; a missing score (NaN) stays allowed."""
+    from router_models.model_io import VALIDATION_FILE, load_validation, model_checksum
+
+    out = linear_model.save(tmp_path / "m")
+    good_proba = np.tile([0.5, 0.7, 1.0], (3, 1))
+    good_correct = np.array([[1.0, np.nan, 1.0], [0.0, 0.5, 1.0], [1.0, 1.0, 0.0]])
+    cases = [
+        (np.full((3, 3), np.nan), np.ones((3, 3)), "proba"),
+        (good_proba + 0.6, np.ones((3, 3)), "proba"),
+        (good_proba - 0.6, np.ones((3, 3)), "proba"),
+        (good_proba, np.full((3, 3), -2.0), "correct"),
+        (good_proba, np.full((3, 3), np.inf), "correct"),
+    ]
+    stamp: dict[str, Any] = {"model_sha256": model_checksum(out)}
+    for proba, correct, says in cases:
+        for extra in ({}, stamp):  # unstamped (older) and stamped files alike
+            np.savez(out / VALIDATION_FILE, proba=proba, correct=correct, **extra)
+            with pytest.raises(ModelFormatError, match=f"{VALIDATION_FILE}: {says}"):
+                load_validation(out)
+    np.savez(out / VALIDATION_FILE, proba=good_proba, correct=good_correct, **stamp)
+    loaded = load_validation(out)
+    assert loaded is not None and np.isnan(loaded[1][0, 1])
