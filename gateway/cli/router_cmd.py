@@ -87,6 +87,7 @@ SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of every split.")]
 
 @app.command()
 def train(
+    ctx: typer.Context,
     *,
     data: DataOpt,
     out: Annotated[Path, typer.Option("--out", help="Model directory to write.")],
@@ -96,7 +97,10 @@ def train(
     score_data: ScoreDataOpt = None,
     score_tiers: ScoreTiersOpt = None,
     calibration_fraction: Annotated[
-        float, typer.Option("--calibration-fraction", help="Rows held out for calibration.")
+        float,
+        typer.Option(
+            "--calibration-fraction", help="Rows held out for calibration (not with --score-data)."
+        ),
     ] = 0.25,
     cv: Annotated[
         int, typer.Option("--cv", help="Also cross-validate K folds for the card (0: skip).")
@@ -115,6 +119,15 @@ def train(
 ) -> None:
     """Train a router and write a model directory, its model card and a report."""
     with _errors():
+        if score_data:
+            _refuse_given(
+                ctx,
+                ("calibration_fraction",),
+                "with --score-data the scorer trains on that set and every --data row "
+                "calibrates it; there is no split of --data to size",
+            )
+        else:
+            _refuse_given(ctx, ("score_tiers",), "it names the ladder of --score-data; give both")
         # Read before anything is written, so a bad --notes leaves no half-written model.
         notes_text = notes.read_text(encoding="utf-8") if notes else ""
         from router_models.card import CardFacts, render_card
@@ -229,6 +242,7 @@ def train(
 
 @app.command()
 def evaluate(
+    ctx: typer.Context,
     *,
     data: DataOpt,
     model: Annotated[Path | None, typer.Option("--model", help="Model directory.")] = None,
@@ -248,6 +262,14 @@ def evaluate(
     with _errors():
         if (model is None) == (cv is None):
             _fail("give exactly one of --model DIR or --cv K")
+        if model is not None:
+            _refuse_given(
+                ctx,
+                ("scorer", "label", "score_data", "score_tiers", "seed"),
+                "those options set how --cv trains; --model DIR is evaluated as it was trained",
+            )
+        elif not score_data:
+            _refuse_given(ctx, ("score_tiers",), "it names the ladder of --score-data; give both")
         labels = _load(data, tiers)
         ladder_costs, cost_source = _costs(labels.tiers, costs)
         if model is not None:
@@ -428,6 +450,24 @@ def _staged(out: Path) -> Iterator[Path]:
 def _check_fraction(option: str, value: float) -> None:
     if not (math.isfinite(value) and 0.0 <= value <= 1.0):
         _fail(f"{option} must be a number in [0, 1], got {value}")
+
+
+def _refuse_given(ctx: typer.Context, names: Sequence[str], why: str) -> None:
+    """Fails when the user typed any of the options `names` (parameter names) that this
+    combination would ignore; defaults left alone are not the user's doing."""
+    typed = [
+        param.opts[0]
+        for param in ctx.command.params
+        if param.name in names and _typed(ctx, param.name)
+    ]
+    if typed:
+        _fail(f"{', '.join(typed)} would be ignored here: {why}")
+
+
+def _typed(ctx: typer.Context, name: str) -> bool:
+    # By name: Typer bundles its own click, whose ParameterSource is not click's.
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
 
 
 def _fail(message: str) -> NoReturn:

@@ -224,6 +224,34 @@ def test_missing_file_wrong_tiers_and_bad_model(
     assert k_mismatch.exit_code == 2 and "has 3 tiers" in k_mismatch.stderr
 
 
+def test_options_the_combination_would_ignore_are_refused(
+    tmp_path: Path, model_dir: Path, data_file: Path
+) -> None:
+    """`train --score-data` ignored --calibration-fraction (every --data row calibrates) and
+    `evaluate --model` ignored --label and --scorer (the model has its own): each is now a
+    one-line error, exit 2, before any work; defaults the user did not type are not."""
+    other, _ = two_type_labels(300, 0.5, 0.05, 0.6, tiers=("weak", "strong"), seed=11)
+    score_file = write_jsonl(tmp_path / "score.jsonl", other)
+    out = tmp_path / "m"
+    train = ["router", "train", "--data", str(data_file), "--tiers", TIERS, "--out", str(out)]
+    evaluate = ["router", "evaluate", "--model", str(model_dir), "--data", str(data_file)]
+    cases = [
+        ([*train, "--score-data", str(score_file), "--calibration-fraction", "0.5"],
+         "--calibration-fraction would be ignored"),
+        ([*train, "--score-tiers", TIERS], "--score-tiers would be ignored"),
+        ([*evaluate, "--label", "absolute", "--scorer", "gbdt"],
+         "--scorer, --label would be ignored"),
+        ([*evaluate, "--label", "relative"], "--label would be ignored"),
+        ([*evaluate, "--seed", "3"], "--seed would be ignored"),
+    ]  # fmt: skip
+    for argv, says in cases:
+        result = runner.invoke(app, argv)
+        assert result.exit_code == 2, (argv, result.stderr)
+        assert says in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert not out.exists()
+    assert runner.invoke(app, [*evaluate, "--json"]).exit_code == 0
+
+
 def test_train_with_a_separate_scorer_set(tmp_path: Path, data_file: Path) -> None:
     other, _ = two_type_labels(500, 0.5, 0.05, 0.6, tiers=("weak", "strong"), seed=11)
     score_file = write_jsonl(tmp_path / "score.jsonl", other)
