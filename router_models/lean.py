@@ -70,6 +70,10 @@ class LeanLinear:
         bin_edges: Sequence[NDArray[np.float64]],
         bin_coef: Sequence[NDArray[np.float64]],
     ) -> None:
+        if np.ndim(gram_coef) != 1:  # else the size below could match while the shape does not
+            raise ValueError(
+                f"gram weights must be one-dimensional, got shape {np.shape(gram_coef)}"
+            )
         if np.shape(gram_coef) != (spec.n_buckets,):
             raise ValueError(
                 f"{np.size(gram_coef)} gram weights, but the gram spec hashes into "

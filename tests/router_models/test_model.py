@@ -159,6 +159,9 @@ def test_inconsistent_model_files_are_refused_at_load(
     def short_coef(arrays: dict[str, Any]) -> None:
         arrays["scorer__gram_coef"] = arrays["scorer__gram_coef"][:-5]
 
+    def two_d_coef(arrays: dict[str, Any]) -> None:  # as many weights, wrong shape
+        arrays["scorer__gram_coef"] = arrays["scorer__gram_coef"].reshape(1, -1)
+
     def self_loop(arrays: dict[str, Any]) -> None:
         root = int(arrays["scorer__tree_roots"][0])
         arrays["scorer__tree_left"][root] = root
@@ -183,6 +186,7 @@ def test_inconsistent_model_files_are_refused_at_load(
         (linear_model, ladder_as_a_string, None, "list of tier names"),
         (linear_model, None, nan_breakpoint, "finite"),
         (linear_model, None, short_coef, "buckets"),
+        (linear_model, None, two_d_coef, r"gram weights must be one-dimensional, got shape \(1, "),
         (gbdt_model, None, self_loop, "children"),
         (gbdt_model, None, far_feature, "features out of range"),
     ]
