@@ -83,6 +83,14 @@ ScoreTiersOpt = Annotated[
     str | None, typer.Option("--score-tiers", help="Ladder of --score-data (default: its order).")
 ]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of every split.")]
+CalibrationOpt = Annotated[
+    str,
+    typer.Option(
+        "--calibration",
+        help="holdout (--calibration-fraction of the rows calibrate) or crossfit (out-of-fold "
+        "scores of every row calibrate, then the scorer is refitted on all rows).",
+    ),
+]
 
 
 @app.command()
@@ -96,6 +104,7 @@ def train(
     label: LabelOpt = "relative",
     score_data: ScoreDataOpt = None,
     score_tiers: ScoreTiersOpt = None,
+    calibration: CalibrationOpt = "holdout",
     calibration_fraction: Annotated[
         float,
         typer.Option(
@@ -119,15 +128,7 @@ def train(
 ) -> None:
     """Train a router and write a model directory, its model card and a report."""
     with _errors():
-        if score_data:
-            _refuse_given(
-                ctx,
-                ("calibration_fraction",),
-                "with --score-data the scorer trains on that set and every --data row "
-                "calibrates it; there is no split of --data to size",
-            )
-        else:
-            _refuse_given(ctx, ("score_tiers",), "it names the ladder of --score-data; give both")
+        _refuse_ignored_split(ctx, bool(score_data), calibration)
         # Read before anything is written, so a bad --notes leaves no half-written model.
         notes_text = notes.read_text(encoding="utf-8") if notes else ""
         from router_models.card import CardFacts, render_card
@@ -136,6 +137,7 @@ def train(
         config = TrainConfig(
             scorer=scorer,
             label=_label(label),
+            calibration=_calibration(calibration),
             calibration_fraction=calibration_fraction,
             seed=seed,
         )
@@ -252,6 +254,7 @@ def evaluate(
     label: LabelOpt = "relative",
     score_data: ScoreDataOpt = None,
     score_tiers: ScoreTiersOpt = None,
+    calibration: CalibrationOpt = "holdout",
     costs: CostsOpt = None,
     alpha: AlphaOpt = 0.95,
     seed: SeedOpt = 0,
@@ -265,11 +268,11 @@ def evaluate(
         if model is not None:
             _refuse_given(
                 ctx,
-                ("scorer", "label", "score_data", "score_tiers", "seed"),
+                ("scorer", "label", "score_data", "score_tiers", "calibration", "seed"),
                 "those options set how --cv trains; --model DIR is evaluated as it was trained",
             )
-        elif not score_data:
-            _refuse_given(ctx, ("score_tiers",), "it names the ladder of --score-data; give both")
+        else:
+            _refuse_ignored_split(ctx, bool(score_data), calibration)
         labels = _load(data, tiers)
         ladder_costs, cost_source = _costs(labels.tiers, costs)
         if model is not None:
@@ -283,7 +286,12 @@ def evaluate(
 
             assert cv is not None
             _check_scorer(scorer)
-            config = TrainConfig(scorer=scorer, label=_label(label), seed=seed)
+            config = TrainConfig(
+                scorer=scorer,
+                label=_label(label),
+                calibration=_calibration(calibration),
+                seed=seed,
+            )
             scorer_labels = _load(score_data, score_tiers) if score_data else None
             with _progress() as step:
                 feats = _featurize(step, labels, config)
@@ -452,6 +460,26 @@ def _check_fraction(option: str, value: float) -> None:
         _fail(f"{option} must be a number in [0, 1], got {value}")
 
 
+def _refuse_ignored_split(ctx: typer.Context, score_data: bool, calibration: str) -> None:
+    """--calibration and --calibration-fraction choose how --data is shared between scorer
+    and calibrators; --score-tiers describes --score-data. Refuses those that do nothing."""
+    if score_data:
+        _refuse_given(
+            ctx,
+            ("calibration", "calibration_fraction"),
+            "with --score-data the scorer trains on that set and every --data row "
+            "calibrates it; there is no split of --data to choose",
+        )
+        return
+    _refuse_given(ctx, ("score_tiers",), "it names the ladder of --score-data; give both")
+    if calibration == "crossfit":
+        _refuse_given(
+            ctx,
+            ("calibration_fraction",),
+            "--calibration crossfit calibrates on out-of-fold scores of every row",
+        )
+
+
 def _refuse_given(ctx: typer.Context, names: Sequence[str], why: str) -> None:
     """Fails when the user typed any of the options `names` (parameter names) that this
     combination would ignore; defaults left alone are not the user's doing."""
@@ -480,6 +508,12 @@ def _label(text: str) -> Any:
 
     if text not in LABELS:
         _fail(f"--label must be one of {', '.join(LABELS)}, got {text!r}")
+    return text
+
+
+def _calibration(text: str) -> Any:
+    if text not in ("holdout", "crossfit"):
+        _fail(f"--calibration must be holdout or crossfit, got {text!r}")
     return text
 
 

@@ -252,6 +252,32 @@ def test_options_the_combination_would_ignore_are_refused(
     assert runner.invoke(app, [*evaluate, "--json"]).exit_code == 0
 
 
+def test_train_with_crossfit_calibration(tmp_path: Path, data_file: Path) -> None:
+    """docs/router.md's best recipe (crossfit) was reachable only from the Python API."""
+    out = tmp_path / "m"
+    train = ["router", "train", "--data", str(data_file), "--tiers", TIERS, "--out", str(out)]
+    result = runner.invoke(app, [*train, "--calibration", "crossfit", "--cv", "2", "--json"])
+    assert result.exit_code == 0, result.stderr
+    model = RouterModel.load(out)
+    assert model.metadata["config"]["calibration"] == "crossfit"
+    assert model.metadata["calibration_rows"] == 600  # every row, not a held-out quarter
+    assert json.loads((out / "report.json").read_text())["config"]["calibration"] == "crossfit"
+    refused = [
+        ([*train, "--calibration", "bogus"], "--calibration must be holdout or crossfit"),
+        ([*train, "--calibration", "crossfit", "--calibration-fraction", "0.3"],
+         "--calibration-fraction would be ignored"),
+        ([*train, "--score-data", str(data_file), "--calibration", "crossfit"],
+         "--calibration would be ignored"),
+    ]  # fmt: skip
+    for argv, says in refused:
+        failed = runner.invoke(app, argv)
+        assert failed.exit_code == 2 and says in failed.stderr, failed.stderr
+    evaluate = ["router", "evaluate", "--cv", "2", "--data", str(data_file), "--tiers", TIERS]
+    result = runner.invoke(app, [*evaluate, "--calibration", "crossfit", "--json"])
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["n"] == 600
+
+
 def test_train_with_a_separate_scorer_set(tmp_path: Path, data_file: Path) -> None:
     other, _ = two_type_labels(500, 0.5, 0.05, 0.6, tiers=("weak", "strong"), seed=11)
     score_file = write_jsonl(tmp_path / "score.jsonl", other)
