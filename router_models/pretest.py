@@ -130,10 +130,14 @@ def pretest(
     pays = predicted >= min_saving * dc and predicted_ci[0] > 0.0
     if pays:
         verdict = "routing pays"
+    largest = (
+        f"largest measured {measured:.4f} (95% CI {measured_ci[0]:.4f} to {measured_ci[1]:.4f})"
+        if np.isfinite(measured)
+        else "largest measured: none (no point of the curve reaches a static split's quality)"
+    )
     message = (
         f"{verdict}: predicted saving {predicted:.4f} (95% CI {predicted_ci[0]:.4f} to "
-        f"{predicted_ci[1]:.4f}), largest measured {measured:.4f} (95% CI {measured_ci[0]:.4f} "
-        f"to {measured_ci[1]:.4f}); cost gap {dc:g}, threshold {min_saving:.0%} of it; "
+        f"{predicted_ci[1]:.4f}), {largest}; cost gap {dc:g}, threshold {min_saving:.0%} of it; "
         f"easy share {share:.3f}, loss easy {eps:.4f}, hard {delta:.4f}"
     )
     return PreTest(

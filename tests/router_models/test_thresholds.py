@@ -332,3 +332,16 @@ def test_a_top_tier_exactly_as_accurate_as_the_cheapest_predicts_no_saving() -> 
     assert correct[:, 0].mean() == correct[:, 1].mean()
     test = pretest(proba, correct, COSTS)
     assert test.predicted_saving == 0.0 and not test.routing_pays
+
+
+def test_the_pretest_message_says_when_nothing_was_measured() -> None:
+    """A top tier less accurate than the cheapest leaves no point of the savings curve at a
+    static split's quality: the message says so instead of printing `nan` (it reached
+    `/admin/tenants` as "largest measured nan (95% CI nan to nan)")."""
+    proba = np.c_[np.linspace(0.1, 0.9, 10), np.linspace(0.9, 0.1, 10)]
+    correct = np.c_[np.ones(10), np.r_[np.zeros(5), np.ones(5)]]
+    test = pretest(proba, correct, COSTS)
+    assert not np.isfinite(test.measured_saving)
+    assert "nan" not in test.message
+    assert "largest measured: none" in test.message
+    assert not test.routing_pays
