@@ -136,6 +136,14 @@ class GatewayMetrics:
             ["tenant", "tier"],
             registry=registry,
         )
+        self.unmetered = Counter(
+            "tiergate_unmetered_requests",
+            "Answers (200, or 499 when the client left) a tier began to serve whose usage "
+            "never arrived (a stream cut after its first byte or left by its client, an "
+            "engine that reports none): their tokens are in no token, cost or savings counter.",
+            ["tenant", "tier"],
+            registry=registry,
+        )
         self.client_disconnects = Counter(
             "tiergate_client_disconnects",
             "Requests whose client went away before the response completed.",
@@ -373,6 +381,8 @@ class GatewayMetrics:
             agg.ttft.flush_into(self._child(self.ttft, tenant, tier))
         if error_after_first_byte:
             add(self.stream_errors, (tenant, tier), n)
+        if agg.unmetered:
+            add(self.unmetered, (tenant, tier), agg.unmetered)
         tokens = agg.prompt_tokens + agg.completion_tokens
         if tokens:
             add(self.prompt_tokens, (tenant, tier), agg.prompt_tokens)
@@ -439,12 +449,14 @@ class _Aggregate:
         "probability",
         "prompt_tokens",
         "ttft",
+        "unmetered",
     )
 
     def __init__(self, metrics: GatewayMetrics) -> None:
         self.count = 0
         self.prompt_tokens = 0
         self.completion_tokens = 0
+        self.unmetered = 0  # answers without usage (exported only where a tier served)
         self.duration = _PendingHistogram(metrics.request_duration._upper_bounds)
         self.overhead = _PendingHistogram(metrics.overhead._upper_bounds)
         self.ttft = _PendingHistogram(metrics.ttft._upper_bounds)
@@ -454,6 +466,8 @@ class _Aggregate:
         self.count += 1
         self.prompt_tokens += record.prompt_tokens
         self.completion_tokens += record.completion_tokens
+        if not (record.prompt_tokens or record.completion_tokens) and record.status in (200, 499):
+            self.unmetered += 1
         self.duration.observe(record.duration_s)
         self.overhead.observe(record.overhead_s)
         if record.ttft_s is not None:

@@ -292,6 +292,17 @@ def test_drop_mid_stream_ends_with_an_error_event(fault_ladder: Ladder) -> None:
         )
         # A stream cut after its first byte is the endpoint's failure: its circuit counts it.
         assert gw.app.runtime.tiers[0].endpoints[0].circuit.consecutive_failures == 1
+        # Its usage never came: no cost was counted, and the gap is shown, not hidden.
+        labels = {"tenant": "default", "tier": "nvfp4"}
+        assert gw.settled_metric("tiergate_unmetered_requests_total", labels, 1) == 1
+        assert gw.metric("tiergate_estimated_cost_total", labels) == 0
+        status, headers, _ = chat(gw, max_tokens=5)  # a whole JSON answer reports usage
+        assert status == 200 and headers["x-tiergate-tier"] == "nvfp4"
+        deadline = time.monotonic() + 5  # recorded just after the last byte is sent
+        while time.monotonic() < deadline and not gw.metric("tiergate_prompt_tokens_total", labels):
+            time.sleep(0.01)
+        assert gw.metric("tiergate_prompt_tokens_total", labels) > 0
+        assert gw.metric("tiergate_unmetered_requests_total", labels) == 1
 
 
 def test_refused_connections_escalate(fault_ladder: Ladder) -> None:

@@ -75,6 +75,7 @@ def test_stream_without_usage_hides_it_but_counts_tokens(client: OpenAI, gw: Gat
     assert all(chunk.usage is None for chunk in chunks)
     assert all(chunk.choices for chunk in chunks)
     assert gw.settled_metric("tiergate_completion_tokens_total", labels, before + 9) == before + 9
+    assert gw.metric("tiergate_unmetered_requests_total", labels) == 0  # its usage was counted
 
 
 def test_completions_stream_and_not(client: OpenAI) -> None:
