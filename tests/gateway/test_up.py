@@ -16,6 +16,17 @@ from tests.helpers import free_port, free_port_block, send, stop_processes, wait
 pytestmark = pytest.mark.slow
 
 
+def start_up(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """`tiergate up ARGV` in its own session, its output discarded."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli.main", "up", *argv],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
 def test_up_serves_routes_and_labels(tmp_path: Path) -> None:
     port, base = free_port(), free_port_block(3)  # the three tiers take base .. base + 2
     log = tmp_path / "labels.jsonl"
@@ -145,13 +156,7 @@ def test_up_with_a_config_keeps_its_port_and_its_privacy_choice(tmp_path: Path) 
             }
         )
     )
-    argv = ["up", "--config", str(config), "--shadow-rate", "0.5"]
-    process = subprocess.Popen(
-        [sys.executable, "-m", "gateway.cli.main", *argv],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    process = start_up(["--config", str(config), "--shadow-rate", "0.5"])
     try:
         wait_healthy(f"http://127.0.0.1:{port}/ready", 60, process)  # the config's port
         shadow = send("GET", f"http://127.0.0.1:{port}/admin/config", key="adm").json()["shadow"]
@@ -197,13 +202,7 @@ def test_up_with_keyed_tiers_starts_simulators_that_want_the_key(tmp_path: Path)
     refused = subprocess.run(argv, check=False, env=env, capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2
     assert "ENGINE_KEY" in refused.stderr and "Traceback" not in refused.stderr
-    process = subprocess.Popen(
-        argv,
-        env={**env, "ENGINE_KEY": "sk-engine"},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    process = start_up(["--config", str(config)], env={**env, "ENGINE_KEY": "sk-engine"})
     try:
         wait_healthy(f"http://127.0.0.1:{port}/ready", 60, process)
         sim = f"http://127.0.0.1:{base}"
@@ -306,13 +305,7 @@ def test_up_does_not_report_the_last_runs_metric_files(
     stale = Counter("tiergate_requests", "", labels, registry=CollectorRegistry())
     stale.labels("default", "nvfp4", "chat", "200").inc(5)
     port, base = free_port(), free_port_block(3)
-    argv = ["up", "--port", str(port), "--sim-base-port", str(base)]
-    process = subprocess.Popen(
-        [sys.executable, "-m", "gateway.cli.main", *argv],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    process = start_up(["--port", str(port), "--sim-base-port", str(base)])
     try:
         wait_healthy(f"http://127.0.0.1:{port}/ready", 60, process)
         text = send("GET", f"http://127.0.0.1:{port}/metrics", key=None).body.decode()

@@ -411,27 +411,18 @@ def test_workers_follow_a_configmap_update_through_its_symlinks(
         folder / "tiergate.yaml", env={"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)}
     )
     process.argv_extra = ["--workers", "2"]
-    chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
-
-    def all_accept(key: str) -> bool:
-        deadline = time.monotonic() + 15
-        ok = 0
-        while ok < 20 and time.monotonic() < deadline:
-            reply = send("POST", f"{process.url}/v1/chat/completions", chat, key=key)
-            ok = ok + 1 if reply.status == 200 else 0
-            time.sleep(0.05)
-        return ok == 20
-
     with process:
         deadline = time.monotonic() + 20
         while len(worker_pids(metrics_dir)) < 2 and time.monotonic() < deadline:
             time.sleep(0.2)
         data["tenants"] = [{"name": "default", "api_keys": [API_KEY, "sk-updated"]}]
         _configmap_update(folder, data, 1)
-        assert all_accept("sk-updated")  # both workers' file watches saw the new folder
+        assert every_worker_accepts(
+            process.url, "sk-updated"
+        )  # both workers' file watches saw the new folder
         data["tenants"] = [{"name": "default", "api_keys": ["sk-second"]}]
         _configmap_update(folder, data, 2)
-        assert all_accept("sk-second")
+        assert every_worker_accepts(process.url, "sk-second")
         time.sleep(1.5)  # the supervisor's watch copies it as the last valid configuration
         before = worker_pids(metrics_dir)
         os.kill(min(before), signal.SIGKILL)
@@ -439,4 +430,4 @@ def test_workers_follow_a_configmap_update_through_its_symlinks(
         while not worker_pids(metrics_dir) - before and time.monotonic() < deadline:
             time.sleep(0.2)
         assert worker_pids(metrics_dir) - before  # a replacement started, on the new keys
-        assert all_accept("sk-second")
+        assert every_worker_accepts(process.url, "sk-second")
