@@ -491,6 +491,7 @@ def test_a_client_that_leaves_while_queued_is_never_sent_upstream(fault_ladder: 
         # Counted as a departure although no tier served it.
         left = {"tenant": "default", "tier": "_none"}
         assert gw.settled_metric("tiergate_client_disconnects_total", left, 1) == 1
+        assert gw.metric("tiergate_unmetered_requests_total", left) == 0  # no tier served it
 
 
 def test_a_slot_freed_by_a_request_from_before_a_reload_wakes_the_queue(

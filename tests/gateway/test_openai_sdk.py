@@ -370,6 +370,9 @@ def test_client_disconnect_cancels_upstream(ladder: Ladder) -> None:
             requests = {**labels, "endpoint": "chat"}
             assert running.metric("tiergate_requests_total", {**requests, "status": "499"}) == 1
             assert running.metric("tiergate_requests_total", {**requests, "status": "200"}) == 0
+            # Its usage never came: it is in no cost counter, and counted as unmetered.
+            assert running.metric("tiergate_unmetered_requests_total", labels) == 1
+            assert running.metric("tiergate_estimated_cost_total", labels) == 0
     finally:
         slow.stop()
 
