@@ -335,6 +335,19 @@ SAVINGS: Final = Dashboard(
             ),
             stack=True,
         ),
+        Panel(
+            "Answers without usage (in no cost or savings figure)",
+            "Answers a tier began to serve whose usage never arrived (a stream cut after its "
+            "first byte or left by its client): their tokens are missing from the panels "
+            "above, so a large share here makes them understate.",
+            (
+                Query(
+                    _sum("tier", _rate("tiergate_unmetered_requests_total", f"{TENANT}, {TIER}")),
+                    "{{tier}}",
+                ),
+            ),
+            unit="reqps",
+        ),
     ),
 )
 
