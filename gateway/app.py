@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,6 +128,8 @@ class Gateway:
         self.request_ids = RequestIds()  # kept across reloads: ids stay unique
         self.draining = False
         self.reloads = 0
+        # Until then a SIGHUP is the supervisor's echo of this worker's own admin reload.
+        self._reload_echo_until = 0.0
         self._tasks: list[asyncio.Task[None]] = []
         self._config_mtime = _mtime(config_path)
         self._installed = False
@@ -292,6 +295,18 @@ class Gateway:
             return str(exc)
         return None
 
+    def expect_reload_echo(self, within_s: float = 5.0) -> None:
+        """This worker has just reloaded and asked the supervisor to reload every worker
+        (`serve --workers N`): the SIGHUP it forwards back here is skipped once, or every
+        admin reload would run twice in the worker that took it."""
+        self._reload_echo_until = time.monotonic() + within_s
+
+    def on_sighup(self) -> None:
+        if time.monotonic() < self._reload_echo_until:
+            self._reload_echo_until = 0.0
+            return
+        self.try_reload()
+
     async def _watch_config(self) -> None:
         while True:
             await asyncio.sleep(1.0)
@@ -334,7 +349,7 @@ class Gateway:
         if self.watch_config and self.config_path is not None:
             self._tasks.append(loop.create_task(self._watch_config()))
         if self.config_path is not None and threading.current_thread() is threading.main_thread():
-            loop.add_signal_handler(signal.SIGHUP, self.try_reload)
+            loop.add_signal_handler(signal.SIGHUP, self.on_sighup)
 
     async def stop(self) -> None:
         self.draining = True

@@ -173,7 +173,7 @@ class WorkerSupervisor:
 
 def reload_sibling_workers() -> bool:
     """In a worker of `serve --workers N`: asks the supervisor to reload every worker (it
-    forwards SIGHUP to each, this one included). An admin reload reaches only the worker that
+    forwards SIGHUP to each; this one skips its echo). An admin reload reaches only the worker that
     took the connection, and the others' file watch misses what changes beside the config
     file (a retrained router model in `router.model_dir`). False outside a worker."""
     from gateway.launcher import PARENT_PID_ENV

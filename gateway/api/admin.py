@@ -126,7 +126,8 @@ async def reload(request: Request, gateway: Gateway) -> Any:
         return error_response(
             InvalidRequestError(f"Reload refused, the running config stays: {refused}")
         )
-    reload_sibling_workers()  # under `serve --workers N`, the other workers too
+    if reload_sibling_workers():  # under `serve --workers N`, the other workers too
+        gateway.expect_reload_echo()
     return {"reloaded": True, "reloads": gateway.reloads}
 
 

@@ -354,6 +354,15 @@ def test_an_admin_reload_reloads_every_worker(
         assert reply.status == 200
         # The worker that answered, and the other one.
         assert every_worker_accepts(gw.url, "sk-admin-reload")
+        # Each admin reload reloads each worker once: the worker that took it skips the
+        # supervisor's echo of it (it reloaded twice, and answered reloads 1, 2, 4).
+        counts = [reply.json()["reloads"]]
+        for _ in range(2):
+            time.sleep(1.0)  # the echo has come back
+            counts.append(
+                send("POST", f"{gw.url}/admin/reload", {}, key="admin-token").json()["reloads"]
+            )
+        assert counts == [1, 2, 3]
 
 
 @pytest.mark.slow
