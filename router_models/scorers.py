@@ -27,9 +27,9 @@ from numpy.typing import ArrayLike, NDArray
 from sklearn.base import BaseEstimator
 from sklearn.ensemble import HistGradientBoostingRegressor
 from sklearn.linear_model import LogisticRegression, Ridge
-from sklearn.model_selection import KFold
 from sklearn.utils.validation import check_is_fitted
 
+from router_models.folds import grouped_kfold
 from router_models.lean import (
     LeanLinear,
     LeanScorer,
@@ -356,11 +356,7 @@ def _grouped_folds(
     )
     if len(index) < k:
         raise ValueError(f"need at least {k} distinct requests for {k} inner folds")
-    folds = KFold(k, shuffle=True, random_state=seed).split(np.arange(len(index)))
-    return [
-        (np.flatnonzero(np.isin(groups, train)), np.flatnonzero(np.isin(groups, test)))
-        for train, test in folds
-    ]
+    return grouped_kfold(groups, k, seed)
 
 
 def _bin_edges(dense: NDArray[np.float64], n_bins: int) -> list[NDArray[np.float64]]:

@@ -26,10 +26,10 @@ from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
-from sklearn.model_selection import KFold
 
 from router_models.calibration import TierCalibration
 from router_models.data import LabelSet
+from router_models.folds import grouped_kfold
 from router_models.labels import Label, adequacy, difficulty
 from router_models.model import RouterModel
 from router_models.ngrams import GramSpec
@@ -246,8 +246,7 @@ def request_folds(
     n_groups = int(groups.max()) + 1 if groups.size else 0
     if n_groups < k:
         raise ValueError(f"--cv {k} needs at least {k} distinct requests, the data has {n_groups}")
-    for train, test in KFold(k, shuffle=True, random_state=seed).split(np.arange(n_groups)):
-        yield np.flatnonzero(np.isin(groups, train)), np.flatnonzero(np.isin(groups, test))
+    yield from grouped_kfold(groups, k, seed)
 
 
 def _split(labels: LabelSet, cfg: TrainConfig) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
