@@ -63,6 +63,9 @@ def call(
     return reply.status, reply.headers, reply.body
 
 
+# The smallest chat request these tests send.
+ASK: dict[str, Any] = {"model": MODEL, "messages": [{"role": "user", "content": "x"}]}
+
 EVERY_FIELD = {
     "model": MODEL,
     "messages": [
@@ -228,9 +231,7 @@ def test_a_json_answer_cut_mid_body_fails_over_and_counts_against_its_endpoint()
             }
         )
         with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
-            status, headers, body = call(
-                gw, {"model": MODEL, "messages": [{"role": "user", "content": "x"}]}
-            )
+            status, headers, body = call(gw, ASK)
             assert status == 200 and headers["x-tiergate-tier"] == "bf16"
             assert orjson.loads(body)["model"] == MODEL
             circuit = gw.app.runtime.tiers[0].endpoints[0].circuit
@@ -256,7 +257,7 @@ def test_a_stream_cut_by_total_s_counts_against_its_engine_only_if_it_stalled(
         )
         settings = two_tiers(cheap, top, first_byte_s=0.5, total_s=1.5)
         with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
-            body = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "stream": True}
+            body = {**ASK, "stream": True}
             status, _, relayed = call(gw, body)
             assert status == 200 and b'"error"' in relayed.rsplit(b"data: ", 1)[-1]
             circuit = gw.app.runtime.tiers[0].endpoints[0].circuit
@@ -270,9 +271,7 @@ def test_a_request_whose_own_deadline_runs_out_before_the_first_byte_blames_nobo
         cheap.reply = Reply(delay_s=2.0)
         settings = two_tiers(cheap, top, first_byte_s=5.0, total_s=1.0)
         with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
-            status, headers, body = call(
-                gw, {"model": MODEL, "messages": [{"role": "user", "content": "x"}]}
-            )
+            status, headers, body = call(gw, ASK)
             assert status == 504 and "total_s" in orjson.loads(body)["error"]["message"]
             assert headers.get("x-should-retry") == "false"  # the SDKs would wait it out again
             assert gw.app.runtime.tiers[0].endpoints[0].circuit.consecutive_failures == 0
@@ -289,9 +288,7 @@ def test_a_json_answer_silent_past_first_byte_s_until_total_s_counts_against_its
         cheap.reply = Reply(delay_s=3.0)
         settings = two_tiers(cheap, top, first_byte_s=0.5, total_s=1.5)
         with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
-            status, headers, _ = call(
-                gw, {"model": MODEL, "messages": [{"role": "user", "content": "x"}]}
-            )
+            status, headers, _ = call(gw, ASK)
             assert status == 504 and headers.get("x-should-retry") == "false"
             assert gw.app.runtime.tiers[0].endpoints[0].circuit.consecutive_failures == 1
             assert top.received == []
@@ -314,9 +311,7 @@ def test_a_json_answer_no_other_endpoint_should_make_is_not_retried(
             cheap.reply = Reply(status=400, body=b'{"error":', declared_length=100)
         settings = two_tiers(cheap, top)
         with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
-            status, headers, body = call(
-                gw, {"model": MODEL, "messages": [{"role": "user", "content": "x"}]}
-            )
+            status, headers, body = call(gw, ASK)
             assert status == 502 and orjson.loads(body)["error"]["message"]
             assert top.received == []
             circuit = gw.app.runtime.tiers[0].endpoints[0].circuit
@@ -357,9 +352,7 @@ def test_a_proxys_502_or_504_counts_against_the_endpoint_at_once(status: int) ->
         cheap.reply = Reply(status=status, body=b"<html>bad gateway</html>")
         top.reply = Reply(body=b'{"id":"x","choices":[]}')
         with GatewayThread(two_tiers(cheap, top), policy_factory=fixed_policy(0)) as gw:
-            answer, headers, _ = call(
-                gw, {"model": MODEL, "messages": [{"role": "user", "content": "x"}]}
-            )
+            answer, headers, _ = call(gw, ASK)
             assert answer == 200 and headers["x-tiergate-tier"] == "bf16"
             assert gw.app.runtime.tiers[0].endpoints[0].circuit.consecutive_failures == 1
 
@@ -371,8 +364,6 @@ def test_a_json_body_that_outlasts_total_s_is_one_504() -> None:
         cheap.reply = Reply(pieces=[b'{"id":', b'"x"}'], piece_interval_s=3.0)
         settings = two_tiers(cheap, top, first_byte_s=5.0, total_s=1.0)
         with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
-            status, _, body = call(
-                gw, {"model": MODEL, "messages": [{"role": "user", "content": "x"}]}
-            )
+            status, _, body = call(gw, ASK)
             assert status == 504 and orjson.loads(body)["error"]["code"] == "upstream_timeout"
             assert top.received == []

@@ -98,12 +98,17 @@ def test_routed_frontier_is_concave_and_above_the_static_split() -> None:
     assert routed.cost[0] == pytest.approx(0.25) and routed.cost[-1] == pytest.approx(1.0)
 
 
-def test_frontier_points_are_what_decide_does() -> None:
+def random_three_tiers(n: int) -> tuple[np.ndarray, np.ndarray, tuple[float, float, float]]:
+    """Random sorted probabilities (top tier 1) and correctness rising with the tier."""
     rng = np.random.default_rng(3)
-    proba = np.sort(rng.random((500, 3)), axis=1)
+    proba = np.sort(rng.random((n, 3)), axis=1)
     proba[:, -1] = 1.0
-    correct = (rng.random((500, 3)) < [0.6, 0.7, 0.8]).astype(float)
-    costs = (0.25, 0.5, 1.0)
+    correct = (rng.random((n, 3)) < [0.6, 0.7, 0.8]).astype(float)
+    return proba, correct, (0.25, 0.5, 1.0)
+
+
+def test_frontier_points_are_what_decide_does() -> None:
+    proba, correct, costs = random_three_tiers(500)
     front = routed_frontier(proba, correct, costs)
     for i in range(0, len(front.lam), max(1, len(front.lam) // 25)):
         cost, quality = apply(proba, correct, costs, thresholds_for(front.lam[i], costs))
@@ -269,11 +274,7 @@ def test_alpha_must_be_a_fraction() -> None:
 
 
 def test_reported_shares_are_where_the_thresholds_send_requests() -> None:
-    rng = np.random.default_rng(3)
-    proba = np.sort(rng.random((2000, 3)), axis=1)
-    proba[:, -1] = 1.0
-    correct = (rng.random((2000, 3)) < [0.6, 0.7, 0.8]).astype(float)
-    costs = (0.25, 0.5, 1.0)
+    proba, correct, costs = random_three_tiers(2000)
     result = tune(proba, correct, costs, alpha=0.9, confidence=None)
     assert result.routing_pays
     chosen = np.array([decide(row, result.thresholds) for row in proba])
