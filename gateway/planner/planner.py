@@ -425,10 +425,16 @@ def _speculation_batch_ranges(
     """Inclusive (first, last, speculate) runs over every batch vLLM may run (1 to
     max_num_seqs; K assumes a full L_ctx per request, so a real batch can exceed it): on
     where r beats r*(p, B) (d.5 per-batch k). Scanned, not bisected: under X1 r* is not
-    monotone in B (verify tokens widen the expert union most at small batches)."""
+    monotone in B (verify tokens widen the expert union most at small batches).
+
+    r > r*(B) = A^-1(R(B)) / eta is tested as A(eta r) > R(B), A being increasing: the same
+    answer without a bisection per batch (16 ms a plan at 1,024 batches, on the event loop).
+    """
+    k = model.params.num_speculative_tokens
+    accepted = model.accepted_per_round(min(model.eta(p) * r, 1.0), k)
     runs: list[tuple[int, int, bool]] = []
     for b in range(1, model.params.max_num_seqs + 1):
-        pays = r > model.r_star_at_batch(b, p, ctx)
+        pays = accepted > model.spec_step_inflation(p, b, k, ctx)
         if runs and runs[-1][2] == pays:
             runs[-1] = (runs[-1][0], b, pays)
         else:

@@ -8,6 +8,7 @@ import math
 
 import pytest
 
+from gateway.planner.costmodel import CostModel
 from gateway.planner.params import PolicyParams, Settings, settings_from_mapping
 from gateway.planner.planner import (
     PAPER_CANDIDATES,
@@ -15,9 +16,11 @@ from gateway.planner.planner import (
     PlanningError,
     Regime,
     TierConfig,
+    _speculation_batch_ranges,
     fixed_precision_settings,
     plan_tier,
 )
+from gateway.precision import Precision
 
 B200 = Settings()
 H200 = settings_from_mapping({"hardware": "h200"})
@@ -149,6 +152,27 @@ def test_per_batch_speculation_speculates_at_the_planned_batch_under_expert_unio
     k_at = {b: k for first, last, k in table for b in range(first, last + 1)}
     assert k_at[64] == 4  # speculation pays at B_eff = 64: the engine must speculate there
     assert k_at[1] == 0  # and not at batch 1, where r* > 1
+
+
+@pytest.mark.parametrize("expert_union", [False, True])
+def test_per_batch_table_follows_r_star_at_every_batch(expert_union: bool) -> None:
+    # The table tests A(eta r) > R(B) rather than inverting A per batch; it must say
+    # "speculate" exactly where r > r*(p, B), the cost model's own definition.
+    settings = settings_from_mapping(
+        {
+            "cost": {"extensions": {"expert_union": expert_union}},
+            "serve": {"batch_dependent_speculation": True},
+        }
+    )
+    model = CostModel.from_settings(settings)
+    precisions: tuple[Precision, ...] = ("fp16", "w4a16", "nvfp4")
+    for p, r, ctx in itertools.product(precisions, (0.07, 0.3, 0.61, 0.93), (512.0, 6000.0)):
+        runs = _speculation_batch_ranges(model, p, r, ctx)
+        on_at = {b: on for first, last, on in runs for b in range(first, last + 1)}
+        expected = {
+            b: r > model.r_star_at_batch(b, p, ctx) for b in range(1, model.params.max_num_seqs + 1)
+        }
+        assert on_at == expected, (p, r, ctx)
 
 
 def test_held_speculation_gets_no_table_that_turns_it_off() -> None:
