@@ -3,8 +3,8 @@
 Per-request timers on the hot path cost a heap entry and a cancel each (a few microseconds
 with uvloop). Most of these waits end long before their deadline, so one sweep every
 `delay_s / 2` fires the entries older than `delay_s` instead: an entry fires between
-`delay_s` and 1.5 x `delay_s` after it was added. The sweep runs only while entries are
-pending.
+`delay_s` and 1.5 x `delay_s` after it was added. The sweep runs while entries are pending
+and ends at the first tick that finds none.
 """
 
 from __future__ import annotations
@@ -49,9 +49,13 @@ class CoarseTimers:
         return self._sweeper is not None
 
     async def _sweep(self) -> None:
+        # Sleeps before it looks: most entries are discarded before the task first runs, and
+        # a sweep that found nothing pending and ended at once was a new task per request.
         try:
-            while self._pending:
+            while True:
                 await asyncio.sleep(self.delay_s / 2)
+                if not self._pending:
+                    return
                 self.sweep_once()
         finally:
             self._sweeper = None

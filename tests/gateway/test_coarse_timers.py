@@ -42,3 +42,22 @@ def test_the_sweep_runs_while_something_is_pending_and_then_stops() -> None:
         assert fired == [1, 2]
 
     asyncio.run(scenario())
+
+
+def test_short_waits_share_one_sweep_task() -> None:
+    # Entries discarded before the sweep first runs (a body read at once) must not cost a
+    # task each: the sweep sleeps before it looks, so back-to-back requests reuse it.
+    async def scenario() -> None:
+        timers = CoarseTimers(0.2)
+        me = asyncio.current_task()
+        sweeps: set[asyncio.Task[object]] = set()
+        for key in range(50):
+            timers.add(key, print, key)
+            assert timers.discard(key)
+            await asyncio.sleep(0)  # the sweep task runs its first step here
+            sweeps |= asyncio.all_tasks() - {me}
+        assert len(sweeps) == 1 and timers.sweeping
+        await asyncio.sleep(0.3)  # a tick with nothing pending ends it
+        assert not timers.sweeping and not asyncio.all_tasks() - {me}
+
+    asyncio.run(scenario())
