@@ -85,6 +85,7 @@ class GatewayRuntime:
     service: ProxyService
     hot_routes: dict[str, GenerationHandler]
     admin_token: str
+    metrics_token: str
     policy: RoutingPolicy
     label_log: LabelLog | None
 
@@ -175,10 +176,20 @@ class Gateway:
             for path, kind in _GENERATION_ROUTES
         }
         admin_token = resolve_secret(settings.admin.token, settings.admin.token_env, self.environ)
+        metrics = settings.metrics
+        metrics_token = resolve_secret(metrics.token, metrics.token_env, self.environ)
         # Last: it may create a file, so nothing that can still fail comes after it.
         label_log = self.shadow.label_log_for(settings)
         return GatewayRuntime(
-            settings, tenants, tiers, service, handlers, admin_token, policy, label_log
+            settings,
+            tenants,
+            tiers,
+            service,
+            handlers,
+            admin_token,
+            metrics_token,
+            policy,
+            label_log,
         )
 
     def _install(self, runtime: GatewayRuntime) -> None:

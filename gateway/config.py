@@ -60,7 +60,7 @@ class Endpoint(Section):
         if parts.query or parts.fragment:
             raise ValueError(f"endpoint {url!r} must not carry a query or fragment")
         if "@" in parts.netloc:
-            # Never sent upstream, yet the URL is a label in the unauthenticated /metrics.
+            # Never sent upstream, yet the URL is a label in /metrics (open by default).
             # (Not echoed: the message would print the password.)
             raise ValueError(
                 f"endpoint of host {parts.hostname!r} must not carry a user or password; "
@@ -276,6 +276,15 @@ class AdminSettings(Section):
     token_env: str | None = "TIERGATE_ADMIN_TOKEN"
 
 
+class MetricsSettings(Section):
+    """Who may read /metrics. Without a token anyone who reaches the port can (tenant and tier
+    names, endpoint URLs, cost figures): keep the path inside the cluster, or set a token and
+    give it to the scraper (Prometheus `authorization: credentials`)."""
+
+    token: str | None = None
+    token_env: str | None = "TIERGATE_METRICS_TOKEN"
+
+
 class RouterSettings(Section):
     model_dir: Path | None = None
     default_threshold: Probability = 0.8
@@ -294,6 +303,7 @@ class Settings(Section):
     shadow: ShadowSettings = ShadowSettings()
     planner: PlannerSettings = PlannerSettings()
     admin: AdminSettings = AdminSettings()
+    metrics: MetricsSettings = MetricsSettings()
     router: RouterSettings = RouterSettings()
 
     @model_validator(mode="after")

@@ -8,7 +8,6 @@ Disabled (403) until an admin token is configured.
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gateway.api.routes import error_response
+from gateway.api.routes import bearer_matches, error_response
 from gateway.errors import AuthenticationError, InvalidRequestError, PermissionDeniedError
 from gateway.workers import reload_sibling_workers
 
@@ -42,12 +41,7 @@ def require_admin(handler: Callable[[Request, Gateway], Awaitable[Any]]) -> Hand
             variable = gateway.runtime.settings.admin.token_env
             where = f"admin.token or ${variable}" if variable else "admin.token"
             return error_response(PermissionDeniedError(f"The admin API is disabled: set {where}."))
-        # Exactly one Authorization header: with several, servers disagree on which counts.
-        values = request.headers.getlist("authorization")
-        scheme, _, presented = values[0].partition(" ") if len(values) == 1 else ("", "", "")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(
-            presented.strip().encode(), token.encode()
-        ):
+        if not bearer_matches(request, token):
             return error_response(AuthenticationError("A valid admin token is required."))
         result = await handler(request, gateway)
         return result if isinstance(result, Response) else JSONResponse(result)
@@ -57,7 +51,9 @@ def require_admin(handler: Callable[[Request, Gateway], Awaitable[Any]]) -> Hand
 
 async def config(request: Request, gateway: Gateway) -> Any:
     # SecretStr renders keys as "**********"; admin tokens are not part of the dump.
-    return gateway.runtime.settings.model_dump(mode="json", exclude={"admin"})
+    return gateway.runtime.settings.model_dump(
+        mode="json", exclude={"admin": True, "metrics": {"token"}}
+    )
 
 
 async def backends(request: Request, gateway: Gateway) -> Any:

@@ -5,6 +5,7 @@ These run on Starlette; they are not on the per-token hot path.
 
 from __future__ import annotations
 
+import hmac
 import time
 from typing import TYPE_CHECKING
 
@@ -12,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from gateway.api.openapi import openapi_document
-from gateway.errors import NotFoundError, TiergateError
+from gateway.errors import AuthenticationError, NotFoundError, TiergateError
 from gateway.tenants.registry import one_authorization
 
 if TYPE_CHECKING:
@@ -32,6 +33,16 @@ def error_response(exc: TiergateError) -> Response:
         status_code=exc.status,
         media_type="application/json",
         headers={k.decode(): v.decode() for k, v in exc.headers()},
+    )
+
+
+def bearer_matches(request: Request, token: str) -> bool:
+    """Whether the request carries exactly one `Authorization: Bearer <token>` header
+    (compared in constant time): with several, servers disagree on which one counts."""
+    values = request.headers.getlist("authorization")
+    scheme, _, presented = values[0].partition(" ") if len(values) == 1 else ("", "", "")
+    return scheme.lower() == "bearer" and hmac.compare_digest(
+        presented.strip().encode(), token.encode()
     )
 
 
@@ -90,6 +101,9 @@ async def ready(request: Request) -> Response:
 
 
 async def metrics(request: Request) -> Response:
+    token = runtime_of(request).metrics_token
+    if token and not bearer_matches(request, token):
+        return error_response(AuthenticationError("A valid metrics token is required."))
     body, content_type = request.app.state.gateway.exposition()
     return Response(body, media_type=content_type)
 
@@ -99,6 +113,7 @@ async def openapi(request: Request) -> Response:
 
 
 __all__ = [
+    "bearer_matches",
     "error_response",
     "health",
     "list_models",

@@ -12,7 +12,7 @@ from openai import OpenAI
 from openai._base_client import SyncAPIClient
 
 from gateway import __version__
-from gateway.config import parse_settings
+from gateway.config import MetricsSettings, parse_settings
 from gateway.tenants.registry import hash_key
 from router_models import router_build
 from tests.helpers import MODEL, GatewayThread, Ladder, send
@@ -162,6 +162,21 @@ def test_admin_disabled_without_a_token(ladder: Ladder) -> None:
     with GatewayThread(ladder.settings()) as gw:
         status, _, body = call(gw, "anything", None, "/admin/config", "GET")
         assert status == 403 and "disabled" in body["error"]["message"]
+
+
+def test_metrics_token_guards_the_exposition(ladder: Ladder) -> None:
+    guarded = settings(ladder).model_copy(update={"metrics": MetricsSettings(token="scrape-me")})
+    with GatewayThread(guarded) as gw:
+        for key in (None, "sk-beta", ADMIN, "scrape-me-not"):
+            reply = send("GET", f"{gw.url}/metrics", key=key)
+            assert reply.status == 401 and b"tiergate_" not in reply.body
+            assert reply.json()["error"]["message"] == "A valid metrics token is required."
+        reply = send("GET", f"{gw.url}/metrics", key="scrape-me")
+        assert reply.status == 200 and b"tiergate_requests_total" in reply.body
+        status, _, config = call(gw, ADMIN, None, "/admin/config", "GET")
+        assert status == 200 and "scrape-me" not in json.dumps(config)
+        gw.app.reload(guarded.model_copy(update={"metrics": MetricsSettings()}))  # open again
+        assert send("GET", f"{gw.url}/metrics", key=None).status == 200
 
 
 def test_keys_never_reach_metrics(gw: GatewayThread) -> None:
