@@ -211,9 +211,11 @@ class ObserverSettings(Section):
     """The live regime observer and planner (COST_MODEL.md b.1, c)."""
 
     enabled: bool = True
-    sample_rate: float = Field(default=0.1, ge=0.0, le=1.0)  # share of requests replayed
+    # Share of conversations replayed, chosen by a hash of the conversation's root.
+    sample_rate: float = Field(default=0.1, ge=0.0, le=1.0)
     # Each sample costs two /tokenize calls: a cap keeps the observer's cost bounded in
-    # absolute terms at high traffic, where a few samples per second are plenty.
+    # absolute terms at high traffic, where a few samples per second are plenty. It lowers
+    # the hash threshold as traffic grows (a token bucket catches bursts).
     max_samples_per_s: float = Field(default=20.0, gt=0.0)
     queue_size: int = Field(default=1000, ge=1)  # samples waiting; more are dropped
     window_s: float = Field(default=300.0, gt=0.0)

@@ -2,7 +2,9 @@
 the planner per tier, and exports the regime, the recommendation and flag drift.
 
 On the request path it only counts in-flight requests and, for a sampled share, puts the
-relayed bytes on a bounded queue (a full queue drops the sample). Everything else runs in
+relayed bytes on a bounded queue (a full queue drops the sample). Requests are sampled by a
+stable hash of their conversation's root (`sampling_key`), so a sampled conversation is
+replayed whole and the replay sees the prefix sharing the engine sees. Everything else runs in
 background tasks: tokenizing samples through the tier's own /tokenize (so token ids match
 the engine's, chat template included), scraping /metrics, planning.
 """
@@ -11,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -28,6 +29,12 @@ from gateway.observer.regime import (
     RegimeTracker,
     TrackerConfig,
     per_engine_concurrency,
+)
+from gateway.observer.sampling_key import (
+    ArrivalRate,
+    budget_rate,
+    is_sampled,
+    request_key_hash,
 )
 from gateway.observer.vllm_metrics import VllmMetricsSnapshot, parse_vllm_metrics
 from gateway.planner.costmodel import CostModel
@@ -56,6 +63,7 @@ class Sample:
     request: dict[str, Any]
     body: bytes
     at: float
+    rate: float = 1.0  # the sampling rate it was taken at (scales the LRU replay)
 
 
 @dataclass(slots=True)
@@ -200,12 +208,10 @@ class LiveObserver:
         metrics: GatewayMetrics,
         tiers: Callable[[], Sequence[TierBackend]],
         clock: Callable[[], float] = time.monotonic,
-        rng: Callable[[], float] = random.random,
     ) -> None:
         self.metrics = metrics
         self.tiers = tiers
         self.clock = clock
-        self.rng = rng
         self.dropped = 0
         self.processed = 0
         self._queue: asyncio.Queue[Sample] | None = None
@@ -221,7 +227,11 @@ class LiveObserver:
         self.enabled = settings.observer.enabled
         self.rate = settings.observer.sample_rate if self.enabled else 0.0
         cap = settings.observer.max_samples_per_s
+        # The budget lowers the hash threshold (effective_rate) as traffic grows; the
+        # bucket is only a hard cap for bursts the arrival rate has not caught up with.
         self._sample_budget = TokenBucket(cap, max(1.0, cap), self.clock)
+        self._arrivals = ArrivalRate()
+        self.effective_rate = self.rate
 
     # -- configuration ---------------------------------------------------------------------
     def configure(self, settings: Settings) -> None:
@@ -274,8 +284,13 @@ class LiveObserver:
         return state
 
     # -- ExchangeListener (request path: cheap, never raises) --------------------------------
-    def wants_capture(self, tenant: str, tier: int) -> bool:
-        if self.rate <= 0.0 or self.rng() >= self.rate:
+    def wants_capture(self, tenant: str, tier: int, request: dict[str, Any]) -> bool:
+        if self.rate <= 0.0:
+            return False
+        if self._arrivals.arrived(self.clock()):
+            cap = self.observer.max_samples_per_s
+            self.effective_rate = budget_rate(self.rate, self._arrivals.per_s, cap)
+        if not is_sampled(request_key_hash(request), self.effective_rate):
             return False
         return self._sample_budget.try_take(1.0) == 0.0
 
@@ -304,7 +319,13 @@ class LiveObserver:
         if self._queue is None:
             return
         sample = Sample(
-            exchange.tier, exchange.tenant, exchange.request, exchange.body, self.clock()
+            exchange.tier,
+            exchange.tenant,
+            exchange.request,
+            exchange.body,
+            self.clock(),
+            # The rate now, not at capture: it changes by steps, seldom (budget_rate).
+            self.effective_rate,
         )
         try:
             self._queue.put_nowait(sample)
@@ -377,7 +398,7 @@ class LiveObserver:
         if not prompt_ids:
             return
         tracker = state.tracker
-        tracker.prompt_sampled(sample.tier, sample.tenant, sample.at, prompt_ids)
+        tracker.prompt_sampled(sample.tier, sample.tenant, sample.at, prompt_ids, sample.rate)
         if completion_ids:
             tracker.completion_sampled(
                 sample.tier, sample.tenant, sample.at, prompt_ids, completion_ids

@@ -13,6 +13,8 @@ the buckets inside the window, so memory per key is at most window / bucket_s bu
   memory) and LRU-bounded by the tier's `num_gpu_blocks`. Hits are credited to the tenant whose
   request hit. Sampling whole sessions keeps the estimate faithful; sampling requests
   independently undercounts sharing, because an unsampled request's blocks are never cached.
+  The live observer samples by a hash of the conversation (`sampling_key`) and passes the
+  rate with each prompt: the LRU bound is the engine's capacity scaled by that rate (SHARDS).
   Engine rho is the prefix-cache hits/queries delta between scrapes of each replica, summed
   over the replicas (APC on only).
 - r is the n-gram replay of sampled (prompt, completion) pairs (r_iid, c.4), and, where the
@@ -30,6 +32,7 @@ from typing import Any, Final
 from gateway.observer.acceptance import inverse_accepted_per_round
 from gateway.observer.ngram_replay import NgramCounts, replay_pair
 from gateway.observer.prefix_replay import PrefixCacheReplay
+from gateway.observer.sampling_key import scaled_capacity
 from gateway.observer.vllm_metrics import CounterDeltas, VllmMetricsSnapshot, counter_deltas
 
 __all__ = [
@@ -168,6 +171,13 @@ class _Tier:
     endpoints: int = 1
     engines_per_endpoint: int = 1  # data parallel: several engines behind one endpoint
     tenants: set[str] = field(default_factory=set)
+    # The engine's cache in replay blocks; the LRU replay holds `sample_rate` of it.
+    capacity_blocks: int | None = None
+    sample_rate: float = 1.0
+
+    def set_capacity(self, capacity_blocks: int | None, sample_rate: float) -> None:
+        self.capacity_blocks, self.sample_rate = capacity_blocks, sample_rate
+        self.lru.set_capacity(scaled_capacity(capacity_blocks, sample_rate))
 
 
 @dataclass(frozen=True)
@@ -202,7 +212,8 @@ class RhoSummary:
     lru: float | None
     engine: float | None
     sampled_tokens: int
-    capacity_blocks: int | None
+    capacity_blocks: int | None  # the engine's; the LRU replay holds sample_rate of it
+    sample_rate: float = 1.0  # the rate of the latest sampled prompt
 
 
 @dataclass(frozen=True)
@@ -296,7 +307,7 @@ class RegimeTracker:
         if eta is not None:
             state.eta = eta
         if capacity_blocks is not None:
-            state.lru.set_capacity(capacity_blocks)
+            state.set_capacity(capacity_blocks, state.sample_rate)
         if endpoints is not None:
             state.endpoints = max(1, endpoints)
 
@@ -325,9 +336,21 @@ class RegimeTracker:
             series.advance(now)
             series.level = max(0, series.level - 1)
 
-    def prompt_sampled(self, tier: str, tenant: str, now: float, prompt_ids: Sequence[int]) -> None:
-        """A sampled prompt (token ids as the engine sees them, chat template included)."""
+    def prompt_sampled(
+        self,
+        tier: str,
+        tenant: str,
+        now: float,
+        prompt_ids: Sequence[int],
+        sample_rate: float = 1.0,
+    ) -> None:
+        """A sampled prompt (token ids as the engine sees them, chat template included),
+        taken at `sample_rate` by a hash of its conversation: the LRU replay is bounded by
+        that share of the engine's cache. When the rate changes, the bound follows it (a
+        lower one evicts at once; a higher one fills as the newly sampled traffic comes)."""
         state = self._tier(tier)
+        if sample_rate != state.sample_rate:
+            state.set_capacity(state.capacity_blocks, sample_rate)
         hit_unbounded = state.unbounded.lookup_and_insert(prompt_ids)
         hit_lru = state.lru.lookup_and_insert(prompt_ids)
         for series in self._both(tier, tenant):
@@ -371,7 +394,8 @@ class RegimeTracker:
         if cache is not None and cache.num_gpu_blocks is not None:
             # num_gpu_blocks is in engine blocks; convert if the replay's size differs.
             size = cache.block_size or self.config.block_size
-            state.lru.set_capacity(cache.num_gpu_blocks * size // self.config.block_size)
+            capacity = cache.num_gpu_blocks * size // self.config.block_size
+            state.set_capacity(capacity, state.sample_rate)
         b = self._get_series(tier, ALL_TENANTS).bucket(now)
         if snapshot.concurrency is not None:
             b.engine_c_sum += snapshot.concurrency
@@ -426,7 +450,8 @@ class RegimeTracker:
             lru=hits_l / prompt_tokens if prompt_tokens else None,
             engine=engine.rho if tenant is None else None,
             sampled_tokens=prompt_tokens,
-            capacity_blocks=state.lru.capacity_blocks,
+            capacity_blocks=state.capacity_blocks,
+            sample_rate=state.sample_rate,
         )
         r = self._r_summary(ngram, engine if tenant is None else CounterDeltas(), state.eta)
         l_in = engine.l_in if tenant is None and engine.l_in is not None else None

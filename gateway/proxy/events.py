@@ -6,15 +6,16 @@ raise or block: real work goes onto their own bounded queues.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from gateway.stats import CompletedExchange
 
 
 class ExchangeListener(Protocol):
-    def wants_capture(self, tenant: str, tier: int) -> bool:
+    def wants_capture(self, tenant: str, tier: int, request: dict[str, Any]) -> bool:
         """Whether this request's answer should be kept for the listener (sampling), given
-        the ladder tier routing chose for it."""
+        the ladder tier routing chose for it and the request (the regime observer samples
+        by a hash of its conversation)."""
         ...
 
     def upstream_started(self, tier: str, tenant: str) -> None: ...

@@ -221,7 +221,7 @@ class ProxyService:
         wanted = [
             listener
             for listener in self.listeners
-            if listener.wants_capture(tenant.name, decision.tier)
+            if listener.wants_capture(tenant.name, decision.tier, request)
         ]
         if wanted:
             exchange.captured = []

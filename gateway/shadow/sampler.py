@@ -189,7 +189,8 @@ class ShadowSampler:
         return any(rate > 0 for rate in self.rates.values())
 
     # -- ExchangeListener: cheap, never raises --------------------------------------------
-    def wants_capture(self, tenant: str, tier: int) -> bool:
+    def wants_capture(self, tenant: str, tier: int, request: dict[str, Any]) -> bool:
+        # A random draw: labels want requests independent of each other, not conversations.
         rate = self.rates.get(tenant, 0.0)
         if rate <= 0 or self.settings.budget_share <= 0:
             return False

@@ -92,7 +92,7 @@ def test_exploration_stays_within_the_allowed_tiers(draw: float) -> None:
 
 def test_no_replay_when_the_reference_tier_is_not_allowed() -> None:
     harness = Harness(settings(allowed_tiers=["nvfp4", "w4a16"]))
-    assert not harness.sampler.wants_capture("default", 0)
+    assert not harness.sampler.wants_capture("default", 0, {})
     assert harness.count("nvfp4", "skipped_tier_not_allowed") == 1
     assert harness.evaluate(exchange(1)) is None  # captured before a reload, say
     assert harness.replayed == []
@@ -122,7 +122,7 @@ def test_a_zero_budget_share_means_no_replays() -> None:
     assert replay_budget(0.1, 4) == 1  # a positive share allows at least one
     assert replay_budget(0.1, 512) == 51
     harness = Harness(settings(shadow={"budget_share": 0.0}))
-    assert not harness.sampler.wants_capture("default", 0)
+    assert not harness.sampler.wants_capture("default", 0, {})
     assert harness.evaluate(exchange(0)) is None
     assert harness.replayed == [] and harness.count("nvfp4", "skipped_budget") == 1
 

@@ -1,0 +1,124 @@
+"""The live observer samples by conversation: the budget lowers the hash threshold, and the
+rate a sample was taken at bounds the LRU replay."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from gateway.backends.tier import TierBackend
+from gateway.config import parse_settings
+from gateway.live import observer as observer_module
+from gateway.live import upstream
+from gateway.live.observer import LiveObserver, Sample
+from gateway.metrics import GatewayMetrics
+from gateway.observer.sampling_key import is_sampled, request_key_hash
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def observer_with(clock: Clock, **observer: Any) -> LiveObserver:
+    settings = parse_settings(
+        {
+            "model": "m",
+            "tiers": [
+                {"name": "nvfp4", "precision": "nvfp4", "endpoints": ["http://127.0.0.1:8/v1"]},
+                {"name": "bf16", "precision": "bf16", "endpoints": ["http://127.0.0.1:9/v1"]},
+            ],
+            "tenants": [{"name": "default", "api_keys": ["k"]}],
+            "observer": observer,
+        }
+    )
+    backends = [TierBackend(i, t.name, t, "m") for i, t in enumerate(settings.tiers)]
+    live = LiveObserver(settings, GatewayMetrics(CollectorRegistry()), lambda: backends, clock)
+    live.configure(settings)
+    return live
+
+
+def chat(conversation: int, turn: int) -> dict[str, Any]:
+    """Turn `turn` of a conversation: its root (system and first question) never changes."""
+    messages = [
+        {"role": "system", "content": "You answer billing questions."},
+        {"role": "user", "content": f"Question one of conversation {conversation}"},
+    ]
+    for t in range(turn):
+        messages += [
+            {"role": "assistant", "content": f"Answer {t}"},
+            {"role": "user", "content": f"Follow-up {t}"},
+        ]
+    return {"model": "m", "messages": messages}
+
+
+def test_a_conversation_is_sampled_whole() -> None:
+    clock = Clock()
+    live = observer_with(clock, sample_rate=0.2, max_samples_per_s=1e6)
+    for conversation in range(200):
+        decisions = set()
+        for turn in range(5):
+            clock.now += 0.01
+            decisions.add(live.wants_capture("default", 0, chat(conversation, turn)))
+        assert len(decisions) == 1, conversation
+        assert decisions.pop() == is_sampled(request_key_hash(chat(conversation, 0)), 0.2)
+
+
+def test_the_budget_lowers_the_threshold_and_sampling_stays_consistent() -> None:
+    clock = Clock()
+    live = observer_with(clock, sample_rate=0.1, max_samples_per_s=20.0)
+    captured: list[tuple[int, int]] = []
+    for step in range(45_000):  # 1000 requests a second over 3000 conversations
+        clock.now = step / 1000
+        conversation, turn = step % 3000, step // 3000
+        if live.wants_capture("default", 0, chat(conversation, turn)):
+            captured.append((conversation, turn))
+    rate = live.effective_rate
+    assert 20.0 * 2 ** (-1 / 4) < rate * 1000 <= 20.0  # within one budget step
+    late = [c for c, t in captured if t >= 10]  # the rate had settled by then (30 s)
+    # Only conversations under the lowered threshold: the budget did not pick at random...
+    assert all(is_sampled(request_key_hash(chat(c, 0)), rate) for c in late)
+    # ...and they are sampled at every turn (the token bucket, a safety cap, rarely bites).
+    expected = sum(is_sampled(request_key_hash(chat(c, 0)), rate) for c in range(3000)) * 5
+    assert len(late) >= 0.95 * expected
+    assert len(captured) / 45 <= 20.0 + 1.0  # the budget holds
+
+
+def test_no_key_is_computed_when_the_observer_cannot_sample(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def costly(_request: dict[str, Any]) -> int:
+        raise AssertionError("hashed a request the observer could not sample")
+
+    monkeypatch.setattr(observer_module, "request_key_hash", costly)
+    clock = Clock()
+    assert not observer_with(clock, sample_rate=0.0).wants_capture("default", 0, chat(1, 0))
+    off = observer_with(clock, enabled=False, sample_rate=1.0)
+    assert not off.wants_capture("default", 0, chat(1, 0))
+
+
+def test_the_rate_of_a_sample_bounds_the_lru_replay(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = Clock()
+    live = observer_with(clock, sample_rate=0.25)
+    backend = live.tiers()[1]
+    endpoint: Any = SimpleNamespace(endpoint=SimpleNamespace(url="u"), healthy=True)
+    backend.endpoints[:] = [endpoint]
+
+    async def tokenize(_endpoint: Any, _query: dict[str, Any]) -> list[int]:
+        return list(range(64))
+
+    monkeypatch.setattr(upstream, "tokenize", tokenize)
+    asyncio.run(live.process(Sample("bf16", "default", chat(1, 0), b"", 1.0, 0.25)))
+    report = live.regime_view()["tiers"]["bf16"]["rho"]
+    capacity = report["capacity_blocks"]
+    assert capacity is not None and capacity > 1000
+    assert report["sample_rate"] == 0.25
+    replay = live._states["bf16"].tracker._tiers["bf16"].lru
+    assert replay.capacity_blocks == round(capacity * 0.25)
