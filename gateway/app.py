@@ -72,6 +72,7 @@ RELOAD_ERRORS: tuple[type[Exception], ...] = (ConfigError, ValueError, OSError, 
 _GENERATION_ROUTES: tuple[tuple[str, EndpointKind], ...] = (
     ("/v1/chat/completions", "chat"),
     ("/v1/completions", "completions"),
+    ("/v1/responses", "responses"),
 )
 
 

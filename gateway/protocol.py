@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError
 
 from gateway.errors import InvalidRequestError, PayloadTooLargeError
 
-EndpointKind = Literal["chat", "completions"]
+EndpointKind = Literal["chat", "completions", "responses"]
 
 
 class OpenAIModel(BaseModel):
@@ -128,9 +128,35 @@ class CompletionRequest(SamplingFields):
     best_of: PositiveInt | None = None
 
 
-_REQUEST_MODELS: Final[dict[EndpointKind, type[SamplingFields]]] = {
+class ResponsesRequest(OpenAIModel):
+    """`/v1/responses` (OpenAI's Responses API, as vLLM serves it), stateless: every request
+    carries its whole conversation in `input`. Items and tools are vLLM's to check."""
+
+    model: str = Field(min_length=1)
+    input: str | list[dict[str, Any]]
+    instructions: str | None = None
+    stream: bool | None = None
+    max_output_tokens: PositiveInt | None = None
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    text: dict[str, Any] | None = None
+    store: bool | None = None
+    user: str | None = None
+    # Refused by parse_request (STATEFUL_FIELDS); declared so the schema names them.
+    previous_response_id: str | None = None
+    conversation: str | dict[str, Any] | None = None
+
+
+# Fields that point at state kept by one engine (vLLM's response store): a stateless router
+# may send the next request to another tier or replica, where that state does not exist.
+STATEFUL_FIELDS: Final = ("previous_response_id", "conversation")
+
+_REQUEST_MODELS: Final[dict[EndpointKind, type[OpenAIModel]]] = {
     "chat": ChatCompletionRequest,
     "completions": CompletionRequest,
+    "responses": ResponsesRequest,
 }
 
 
@@ -166,13 +192,10 @@ def parse_request(
     if not isinstance(data, dict):
         raise InvalidRequestError("Request body must be a JSON object.")
     _check_depth(body, data, limits.max_json_depth)
-    if kind == "chat":
-        messages = data.get("messages")
-        if isinstance(messages, list) and len(messages) > limits.max_messages:
-            raise InvalidRequestError(
-                f"Too many messages: {len(messages)}; the limit is {limits.max_messages}.",
-                param="messages",
-            )
+    if kind != "completions":
+        _check_message_count(kind, data, limits.max_messages)
+    if kind == "responses":
+        _refuse_stateful(data)
     if _plainly_valid(kind, data):
         return data
     try:
@@ -184,6 +207,27 @@ def parse_request(
             "max_tokens must be at least 1, got 0 (0 is for echo: true).", param="max_tokens"
         )
     return data
+
+
+def _check_message_count(kind: EndpointKind, data: dict[str, Any], limit: int) -> None:
+    field = "messages" if kind == "chat" else "input"
+    items = data.get(field)
+    if isinstance(items, list) and len(items) > limit:
+        raise InvalidRequestError(
+            f"Too many {field}: {len(items)}; the limit is {limit}.", param=field
+        )
+
+
+def _refuse_stateful(data: dict[str, Any]) -> None:
+    for field in STATEFUL_FIELDS:
+        if data.get(field) is not None:
+            raise InvalidRequestError(
+                f"'{field}' is not supported through tiergate: each request is routed on its "
+                "own, possibly to another tier than the one that stored the earlier response. "
+                "Send the whole conversation in 'input'.",
+                param=field,
+                code="unsupported_parameter",
+            )
 
 
 _UTF8_BOM: Final = b"\xef\xbb\xbf"
@@ -211,9 +255,11 @@ def completion_budget(kind: EndpointKind, request: Mapping[str, Any]) -> tuple[s
     (None: none but the context length).
 
     Chat: `max_completion_tokens` if set, else `max_tokens`. Completions: `max_tokens` only
-    (vLLM ignores `max_completion_tokens` there), 16 when unset. Both are validated before
-    this runs.
+    (vLLM ignores `max_completion_tokens` there), 16 when unset. Responses:
+    `max_output_tokens`. All are validated before this runs.
     """
+    if kind == "responses":
+        return "max_output_tokens", request.get("max_output_tokens")
     if kind == "chat":
         newer = request.get("max_completion_tokens")
         if newer is not None:
@@ -266,8 +312,8 @@ def _plainly_valid(kind: EndpointKind, data: dict[str, Any]) -> bool:
     if kind == "chat":
         if not _plain_messages(data.get("messages")):
             return False
-    elif type(data.get("prompt")) is not str:
-        return False
+    elif kind == "responses" or type(data.get("prompt")) is not str:
+        return False  # Responses requests always take the model's path
     declared = _DECLARED[kind]
     for key, value in data.items():
         if key in ("model", "messages", "prompt") or value is None:
@@ -349,6 +395,7 @@ __all__ = [
     "ContentPart",
     "EndpointKind",
     "RequestLimits",
+    "ResponsesRequest",
     "StreamOptions",
     "Tool",
     "completion_budget",

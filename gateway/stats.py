@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from gateway.protocol import EndpointKind
+
 
 @dataclass(frozen=True, slots=True)
 class Ladder:
@@ -27,7 +29,7 @@ class RequestRecord:
     """Everything the sinks need about one finished request."""
 
     tenant: str
-    kind: str  # "chat" | "completions"
+    kind: EndpointKind
     ladder: Ladder
     status: int = 0
     stream: bool = False
@@ -67,7 +69,7 @@ class CompletedExchange:
     """A sampled request that was answered in full, handed to off-path listeners."""
 
     tenant: str
-    kind: str
+    kind: EndpointKind
     tier: str
     tier_index: int
     request: dict[str, Any]

@@ -1,10 +1,11 @@
 """What the router reads from an OpenAI request body: a flat, typed view, built in one pass.
 
 Accepts `/v1/chat/completions` bodies (`messages`, content as a string, a list of parts or
-None, assistant `tool_calls`, `tool` messages) and `/v1/completions` bodies (`prompt` as a
-string, a list of strings, a token array or a list of token arrays). Never raises on any
-mapping: fields of unexpected types are read as absent, so a malformed request is still routed
-(the gateway validates requests elsewhere).
+None, assistant `tool_calls`, `tool` messages), `/v1/completions` bodies (`prompt` as a
+string, a list of strings, a token array or a list of token arrays) and `/v1/responses` bodies
+(`input` as a string or a list of items, `instructions`), read as the chat they stand for.
+Never raises on any mapping: fields of unexpected types are read as absent, so a malformed
+request is still routed (the gateway validates requests elsewhere).
 """
 
 from __future__ import annotations
@@ -64,7 +65,44 @@ def view_request(request: Mapping[str, Any]) -> RequestView:
     messages = request.get("messages")
     if isinstance(messages, list):
         return _view_chat(request, messages)
+    if "input" in request and "prompt" not in request:
+        return _view_responses(request)
     return _view_completion(request)
+
+
+def _view_responses(request: Mapping[str, Any]) -> RequestView:
+    """A Responses API body as the chat it stands for: `instructions` is the system message,
+    message items are messages, a function call an assistant tool call and its output a
+    tool message; `max_output_tokens` and `text.format` play max_tokens and response_format."""
+    messages: list[Any] = []
+    instructions = request.get("instructions")
+    if isinstance(instructions, str):
+        messages.append({"role": "system", "content": instructions})
+    items = request.get("input")
+    if isinstance(items, str):
+        messages.append({"role": "user", "content": items})
+    elif isinstance(items, list):
+        messages.extend(_responses_message(item) for item in items)
+    text = request.get("text")
+    chat_fields = {
+        "tools": request.get("tools"),
+        "response_format": text.get("format") if isinstance(text, Mapping) else None,
+        "max_tokens": request.get("max_output_tokens"),
+        "temperature": request.get("temperature"),
+    }
+    return _view_chat(chat_fields, messages)
+
+
+def _responses_message(item: Any) -> Any:
+    if not isinstance(item, Mapping):
+        return item  # skipped by _view_chat
+    kind = item.get("type")
+    if kind == "function_call":
+        return {"role": "assistant", "tool_calls": [item]}
+    if kind == "function_call_output":
+        output = item.get("output")
+        return {"role": "tool", "content": output if isinstance(output, str) else ""}
+    return item  # a message item: role and content (a string or input_text parts)
 
 
 def _view_chat(request: Mapping[str, Any], messages: list[Any]) -> RequestView:

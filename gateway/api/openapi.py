@@ -12,7 +12,7 @@ from typing import Any
 from pydantic.json_schema import models_json_schema
 
 from gateway import __version__
-from gateway.protocol import ChatCompletionRequest, CompletionRequest
+from gateway.protocol import ChatCompletionRequest, CompletionRequest, ResponsesRequest
 
 _ERROR_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -136,7 +136,11 @@ def _generation(name: str, schema: str) -> dict[str, Any]:
 @cache
 def openapi_document(public_model: str) -> dict[str, Any]:
     _, definitions = models_json_schema(
-        [(ChatCompletionRequest, "validation"), (CompletionRequest, "validation")],
+        [
+            (ChatCompletionRequest, "validation"),
+            (CompletionRequest, "validation"),
+            (ResponsesRequest, "validation"),
+        ],
         ref_template="#/components/schemas/{model}",
     )
     schemas: dict[str, Any] = dict(definitions.get("$defs", {}))
@@ -156,6 +160,7 @@ def openapi_document(public_model: str) -> dict[str, Any]:
         "paths": {
             "/v1/chat/completions": _generation("createChatCompletion", "ChatCompletionRequest"),
             "/v1/completions": _generation("createCompletion", "CompletionRequest"),
+            "/v1/responses": _generation("createResponse", "ResponsesRequest"),
             "/v1/models": {
                 "get": {
                     "operationId": "listModels",

@@ -12,6 +12,7 @@ from gateway.backends.circuit import CircuitBreaker, CircuitState
 from gateway.backends.h1client import ConnectionPool
 from gateway.backends.tls import tier_tls_context
 from gateway.config import Endpoint, ResilienceSettings, Settings, TierSettings, tier_api_key
+from gateway.protocol import EndpointKind
 
 
 @dataclass(slots=True, eq=False)
@@ -26,16 +27,20 @@ class EndpointState:
     inflight: int = 0
     healthy: bool = True
     health_error: str | None = None  # why the last health check failed
-    chat_path: bytes = b""
-    completions_path: bytes = b""
+    # The upstream path per endpoint kind, rendered once.
+    paths: dict[EndpointKind, bytes] = field(default_factory=dict)
     # The tier this endpoint serves in the running configuration. A reload builds new tiers
     # and keeps unchanged endpoints: a slot freed by a request from before it must wake the
     # requests queued on the new tier, not on the old one nobody waits on any more.
     owner: TierBackend | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        self.chat_path = f"{self.endpoint.base_path}/chat/completions".encode()
-        self.completions_path = f"{self.endpoint.base_path}/completions".encode()
+        base = self.endpoint.base_path
+        self.paths = {
+            "chat": f"{base}/chat/completions".encode(),
+            "completions": f"{base}/completions".encode(),
+            "responses": f"{base}/responses".encode(),
+        }
 
     @property
     def url(self) -> str:

@@ -174,7 +174,7 @@ class Attempter:
         failure."""
         remaining = self.timeouts.total_s - (asked - exchange.started)
         payload = orjson.dumps({**exchange.upstream_request, "model": tier.served_model_name})
-        path = endpoint.chat_path if exchange.kind == "chat" else endpoint.completions_path
+        path = endpoint.paths[exchange.kind]
         response: UpstreamResponse | None = None
         try:
             response = await endpoint.pool.request(

@@ -41,7 +41,8 @@ class ModelRewriter:
 
 
 def usage_counts(body: bytes) -> tuple[int, int] | None:
-    """(prompt_tokens, completion_tokens) from a response or chunk carrying a usage object."""
+    """(prompt_tokens, completion_tokens) from a response or chunk carrying a usage object
+    (a Responses API usage names them input_tokens and output_tokens)."""
     start = body.rfind(_USAGE_KEY)
     if start < 0:
         return None
@@ -60,6 +61,8 @@ def usage_counts(body: bytes) -> tuple[int, int] | None:
         if not isinstance(usage, dict):
             return None
         prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+        if prompt is None and completion is None:
+            prompt, completion = usage.get("input_tokens"), usage.get("output_tokens")
         if isinstance(prompt, int) and isinstance(completion, int):
             return prompt, completion
         return None

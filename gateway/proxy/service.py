@@ -208,7 +208,7 @@ class ProxyService:
         record.probability = decision.probability
         record.reason = decision.reason
         exchange = Exchange(kind, request, decision, channel, started, record)
-        if record.stream:
+        if record.stream and kind != "responses":  # a Responses stream always ends in usage
             options = request.get("stream_options") or {}
             if not options.get("include_usage"):
                 # Ask upstream for usage anyway (token metrics need it) and drop that extra
@@ -218,9 +218,11 @@ class ProxyService:
                 upstream_options.pop("continuous_usage_stats", None)
                 exchange.upstream_request = {**request, "stream_options": upstream_options}
                 exchange.strip_usage = True
+        # The replay and the shadow judges read chat and completions answers only.
+        listeners = () if kind == "responses" else self.listeners
         wanted = [
             listener
-            for listener in self.listeners
+            for listener in listeners
             if listener.wants_capture(tenant.name, decision.tier, request)
         ]
         if wanted:

@@ -358,7 +358,7 @@ class ShadowSampler:
             return None
         request = {**exchange.request, "model": target.served_model_name, "stream": False}
         request.pop("stream_options", None)
-        path = endpoint.chat_path if exchange.kind == "chat" else endpoint.completions_path
+        path = endpoint.paths[exchange.kind]
         self.inflight += 1
         endpoint.inflight += 1
         try:

@@ -28,6 +28,7 @@ from gateway.protocol import (
     completion_budget,
     parse_request,
 )
+from gateway.sim import responses as sim_responses
 from gateway.sim import textgen, tokenizer
 from gateway.sim.engine import Engine, EngineConfig, Sequence, SequenceGroup
 from gateway.sim.faults import Faults
@@ -117,6 +118,8 @@ class Prepared:
     echoes: list[str | None]
     echo_only: bool
     request_id: str | None = None  # the caller's X-Request-Id
+    # A Responses API request as sent; `request` is then the chat it stands for.
+    responses_request: dict[str, Any] | None = None
 
 
 class SimServer:
@@ -181,6 +184,9 @@ class SimServer:
         async def completions(scope: Scope, receive: Receive, send: Send) -> None:
             await self._generate("completions", await _read(receive), receive, send, scope)
 
+        async def responses(scope: Scope, receive: Receive, send: Send) -> None:
+            await self._generate("responses", await _read(receive), receive, send, scope)
+
         async def models(scope: Scope, receive: Receive, send: Send) -> None:
             await _json(send, 200, self._models())
 
@@ -209,6 +215,7 @@ class SimServer:
         return {
             ("POST", "/v1/chat/completions"): chat,
             ("POST", "/v1/completions"): completions,
+            ("POST", "/v1/responses"): responses,
             ("GET", "/v1/models"): models,
             ("GET", "/health"): health,
             ("GET", "/version"): version,
@@ -281,6 +288,14 @@ class SimServer:
             raise SimError(400, str(exc)) from None
         if request["model"] != self.served_model_name:
             raise SimError(404, f"The model `{request['model']}` does not exist.", "model")
+        responses_request = None
+        if kind == "responses":  # answered as the chat it stands for, rendered back later
+            responses_request, request = request, sim_responses.as_chat_request(request)
+        prepared = self._prepare_parsed("chat" if kind == "responses" else kind, request)
+        prepared.kind, prepared.responses_request = kind, responses_request
+        return prepared
+
+    def _prepare_parsed(self, kind: EndpointKind, request: dict[str, Any]) -> Prepared:
         _refuse_unsupported(kind, request)
         choices = request.get("n") or 1
         if kind == "chat":
@@ -402,6 +417,8 @@ class SimServer:
         return usage
 
     def _full_response(self, prepared: Prepared) -> dict[str, Any]:
+        if prepared.responses_request is not None:
+            return self._response_object(prepared, prepared.responses_request)
         choices: list[dict[str, Any]] = []
         top = prepared.top_logprobs
         chat = prepared.kind == "chat"
@@ -448,6 +465,22 @@ class SimServer:
             response |= {"prompt_logprobs": None, "prompt_token_ids": None, "prompt_text": None}
         return response | {"kv_transfer_params": None, "ec_transfer_params": None, "metrics": None}
 
+    def _response_object(self, prepared: Prepared, request: dict[str, Any]) -> dict[str, Any]:
+        seq, call = prepared.group.sequences[0], prepared.tool_calls[0]
+        if call is not None:
+            output = sim_responses.function_call_item(sim_responses.new_item_id("fc"), call.call)
+        else:
+            text = seq.text(0, seq.emitted)
+            output = sim_responses.message_item(sim_responses.new_item_id("msg"), text)
+        return sim_responses.response_object(
+            request,
+            self.served_model_name,
+            sim_responses.new_response_id(prepared.request_id),
+            [output],
+            status=_response_status(seq, call),
+            usage=self._usage(prepared, details=False),
+        )
+
     @staticmethod
     def _message(text: str, tool_call: ToolCallAnswer | None) -> dict[str, Any]:
         message: dict[str, Any] = {
@@ -470,9 +503,16 @@ class SimServer:
             return [None] * len(prepared.group.sequences)
         return [_running_usage(seq, generated=0) for seq in prepared.group.sequences]
 
-    async def _stream(self, prepared: Prepared, send: Send) -> None:
+    def _drops_stream(self) -> bool:
         faults = self.faults
-        drop = faults.drop_mid_stream and self._random.random() < faults.drop_mid_stream
+        return bool(faults.drop_mid_stream) and self._random.random() < faults.drop_mid_stream
+
+    async def _stream(self, prepared: Prepared, send: Send) -> None:
+        if prepared.responses_request is not None:
+            await self._stream_response(prepared, prepared.responses_request, send)
+            return
+        faults = self.faults
+        drop = self._drops_stream()
         writer = StreamWriter(
             send,
             prepared.kind,
@@ -503,6 +543,38 @@ class SimServer:
             if prepared.include_usage:
                 await writer.emit([], self._usage(prepared, details=False), last=True)
             await writer.done()
+        except StreamDropped:
+            self.stats.dropped_streams += 1
+            self.engine.abort(group)
+            raise
+
+    async def _stream_response(
+        self, prepared: Prepared, request: dict[str, Any], send: Send
+    ) -> None:
+        group = prepared.group
+        seq, call = group.sequences[0], prepared.tool_calls[0]
+        stream = sim_responses.ResponseStream(
+            send,
+            request,
+            self.served_model_name,
+            sim_responses.new_response_id(prepared.request_id),
+            self.faults.drop_after_chunks if self._drops_stream() else None,
+        )
+        try:
+            await stream.start()
+            while True:
+                group.waiter.clear()
+                start = seq.taken
+                if seq.take() and call is None:  # a call goes out whole at the end
+                    await stream.text(seq.text(start, seq.taken))
+                if seq.aborted:
+                    return
+                if group.done and seq.taken == seq.emitted:
+                    break
+                await group.waiter.wait()
+            usage = self._usage(prepared, details=False)
+            complete = _response_status(seq, call) == "completed"
+            await stream.finish(None if call is None else call.call, usage, complete=complete)
         except StreamDropped:
             self.stats.dropped_streams += 1
             self.engine.abort(group)
@@ -583,6 +655,11 @@ def _text_to_tokenize(data: dict[str, Any]) -> str:
     if isinstance(data.get("prompt"), str):
         return str(data["prompt"])
     raise SimError(400, "Send either 'prompt' (a string) or 'messages' (a list).", "prompt")
+
+
+def _response_status(seq: Sequence, call: ToolCallAnswer | None) -> str:
+    """A Response cut by max_output_tokens is "incomplete"; a whole tool call completes it."""
+    return "incomplete" if call is None and seq.finish_reason == "length" else "completed"
 
 
 def _running_usage(seq: Sequence, generated: int | None = None) -> dict[str, Any]:

@@ -108,8 +108,9 @@ class Admission:
         field, asked = completion_budget(kind, request)
         if cap is not None:
             if asked is None or (asked > cap and request.get(field) is None):
-                # Unset: up to the context length (chat) or vLLM's default (completions).
-                request["max_tokens"] = asked = cap
+                # Unset: up to the context length (chat, responses) or vLLM's default
+                # (completions), whose field completion_budget names.
+                request[field] = asked = cap
             elif asked > cap:
                 raise InvalidRequestError(
                     f"{field} is {asked}; this key may ask for at most {cap}.",

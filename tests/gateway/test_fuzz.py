@@ -26,12 +26,16 @@ def _document() -> dict[str, Any]:
     document = copy.deepcopy(openapi_document(MODEL))
     # Aim valid requests at real tiers, so generated bodies travel all the way upstream.
     models = [MODEL, *(f"{MODEL}@{t}" for t in ("nvfp4", "w4a16", "bf16")), "unknown-model"]
-    for name in ("ChatCompletionRequest", "CompletionRequest"):
+    for name, budget in (
+        ("ChatCompletionRequest", "max_tokens"),
+        ("CompletionRequest", "max_tokens"),
+        ("ResponsesRequest", "max_output_tokens"),
+    ):
         schema = document["components"]["schemas"][name]
         schema["properties"]["model"] = {"type": "string", "enum": models}
         # Streams are relayed as SSE; this test covers the JSON endpoints (the scope).
         schema["properties"]["stream"] = {"type": "boolean", "enum": [False]}
-        schema["properties"]["max_tokens"] = {"type": "integer", "minimum": 1, "maximum": 64}
+        schema["properties"][budget] = {"type": "integer", "minimum": 1, "maximum": 64}
     return document
 
 
@@ -108,6 +112,15 @@ chat_like = st.fixed_dictionaries(
         "temperature": json_values,
         "stream_options": json_values,
         "prompt": json_values,
+        "input": json_values
+        | st.lists(
+            st.dictionaries(
+                st.sampled_from(["role", "content", "type", "call_id", "output"]), json_values
+            ),
+            max_size=3,
+        ),
+        "instructions": json_values,
+        "max_output_tokens": json_values,
     },
 )
 
@@ -115,7 +128,7 @@ chat_like = st.fixed_dictionaries(
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     body=st.binary(max_size=300) | chat_like.map(lambda d: json.dumps(d).encode()),
-    path=st.sampled_from(["/v1/chat/completions", "/v1/completions"]),
+    path=st.sampled_from(["/v1/chat/completions", "/v1/completions", "/v1/responses"]),
 )
 def test_arbitrary_bodies(fuzz_gw: GatewayThread, body: bytes, path: str) -> None:
     status, payload = post_raw(fuzz_gw, body, path)

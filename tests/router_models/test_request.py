@@ -49,6 +49,41 @@ def test_chat_view_reads_roles_system_and_last_user_turn() -> None:
     assert view.is_chat
 
 
+def test_a_responses_request_reads_as_the_chat_it_stands_for() -> None:
+    responses = {
+        "instructions": "You are terse.",
+        "input": [
+            {"role": "user", "content": "first question"},
+            {"type": "function_call", "call_id": "1", "name": "f", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "1", "output": "42"},
+            {
+                "role": "user",
+                "content": [{"type": "input_text", "text": "second"}, {"type": "input_image"}],
+            },
+        ],
+        "tools": [{"type": "function", "name": "f"}],
+        "text": {"format": {"type": "json_schema", "name": "x", "schema": {}}},
+        "max_output_tokens": 64,
+        "temperature": 0.2,
+    }
+    chat = {
+        "messages": [
+            {"role": "system", "content": "You are terse."},
+            {"role": "user", "content": "first question"},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "1"}]},
+            {"role": "tool", "content": "42", "tool_call_id": "1"},
+            {"role": "user", "content": [{"type": "text", "text": "second"}, {"type": "image"}]},
+        ],
+        "tools": [{"type": "function", "function": {"name": "f"}}],
+        "response_format": {"type": "json_schema"},
+        "max_tokens": 64,
+        "temperature": 0.2,
+    }
+    assert view_request(responses) == view_request(chat)
+    plain = view_request({"input": "just a question", "text": {"format": {"type": "text"}}})
+    assert plain.text == "just a question" and plain.is_chat and not plain.has_response_format
+
+
 def test_completion_prompt_shapes() -> None:
     assert view_request({"prompt": "hello"}).text == "hello"
     assert view_request({"prompt": ["a", "b"]}).text == "a\nb"
@@ -90,6 +125,10 @@ def test_absent_sampling_parameters_are_nan_and_defaults() -> None:
                 "max_tokens",
                 "temperature",
                 "response_format",
+                "input",
+                "instructions",
+                "text",
+                "max_output_tokens",
                 "x",
             ]
         ),
