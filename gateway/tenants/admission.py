@@ -29,6 +29,9 @@ class Ticket:
     estimate: int
     hold: SharedHold | None = None
     released: bool = False
+    # False when the in-process limiter had no token budget at admission: a reload may add
+    # one before the release, which must then not refund an estimate it never charged.
+    charged: bool = True
 
     async def release(self, used_tokens: int | None) -> None:
         """Gives the hold back; the first call counts, later ones do nothing."""
@@ -40,7 +43,7 @@ class Ticket:
         if isinstance(limiter, SharedLimiter):
             await limiter.release(self.hold, self.estimate, used_tokens)
         elif limiter is not None:
-            limiter.release(self.estimate, used_tokens)
+            limiter.release(self.estimate, used_tokens if self.charged else None)
 
 
 class Admission:
@@ -120,15 +123,17 @@ class Admission:
         limiter = self._limiters.get(tenant.name)
         estimate = 0
         hold = None
+        charged = True
         if limiter is not None:
             choices = request.get("n") or 1
             estimate = estimate_tokens(body_bytes, None if asked is None else asked * choices)
             if isinstance(limiter, SharedLimiter):
                 hold = await limiter.admit(estimate)
             else:
+                charged = limiter.charges_tokens
                 limiter.admit(estimate)
         self.inflight[tenant.name] = self.inflight.get(tenant.name, 0) + 1
-        return Ticket(self, tenant.name, limiter, estimate, hold)
+        return Ticket(self, tenant.name, limiter, estimate, hold, charged=charged)
 
 
 __all__ = ["Admission", "Ticket"]

@@ -96,6 +96,11 @@ class TenantLimiter:
             bucket.level = min(old.level, capacity)
         return bucket
 
+    @property
+    def charges_tokens(self) -> bool:
+        """Whether `admit` charges the estimate now (the tenant has a token budget)."""
+        return self._tokens is not None
+
     def admit(self, estimated_tokens: int) -> None:
         """Reserves a slot or raises RateLimitError (429, with the wait in Retry-After)."""
         limit = self.limits.max_concurrency

@@ -160,6 +160,29 @@ def test_limits_that_come_back_on_a_reload_count_the_requests_in_flight() -> Non
     asyncio.run(scenario())
 
 
+def test_a_token_budget_added_on_a_reload_refunds_no_estimate_it_never_charged() -> None:
+    """A request admitted while the tenant had no token budget ends after a reload gave it
+    one: its release refunded the estimate (minus usage) into the new budget, 4,900 tokens
+    the tenant then spent again within the same minute."""
+    import asyncio
+
+    from gateway.tenants.admission import Admission
+
+    async def scenario() -> None:
+        admission = Admission()
+        unlimited = registry_with({}).tenants
+        admission.configure(unlimited)
+        early = await admission.admit(unlimited["t"], {"max_tokens": 5000}, 0, "chat")
+        limited = registry_with({"tokens_per_minute": 10_000}).tenants
+        admission.configure(limited)
+        await admission.admit(limited["t"], {"max_tokens": 10_000}, 0, "chat")
+        await early.release(100)
+        with pytest.raises(RateLimitError, match="tokens per minute"):
+            await admission.admit(limited["t"], {"max_tokens": 4900}, 0, "chat")
+
+    asyncio.run(scenario())
+
+
 def test_a_kept_shared_limiter_takes_the_new_longest_request() -> None:
     """How long a dead replica's Redis slot lives follows `timeouts.total_s` on a reload that
     leaves the tenant's limits as they were."""
