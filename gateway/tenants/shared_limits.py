@@ -29,9 +29,19 @@ log = logging.getLogger("tiergate.limits")
 # rest are left to expire with the longest request.
 MAX_UNSURE_SLOTS: Final = 10_000
 
-_ADMIT: Final = """
+# Leads both scripts below: Redis' clock, and `store` for a bucket's level.
+_PRELUDE: Final = """
 local now_parts = redis.call('TIME')
 local now = tonumber(now_parts[1]) + tonumber(now_parts[2]) / 1e6
+-- A missing bucket reads as full, so it may expire only once it has refilled: a deep debt
+-- (a request that used far more than a minute's budget) is paid back as in process.
+local function store(key, value, rate, cap)
+  redis.call('HSET', key, 'level', value, 'updated', now)
+  redis.call('EXPIRE', key, math.min(math.ceil((cap - value) / rate) + 60, 315360000))
+end
+"""
+
+_ADMIT: Final = """
 local max_conc, max_age = tonumber(ARGV[1]), tonumber(ARGV[2])
 local rps_rate, rps_cap = tonumber(ARGV[3]), tonumber(ARGV[4])
 local tpm_rate, tpm_cap, tokens = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -67,12 +77,10 @@ if tpm_rate > 0 then
   end
 end
 if rps_rate > 0 then
-  redis.call('HSET', KEYS[1], 'level', rps_level - 1, 'updated', now)
-  redis.call('EXPIRE', KEYS[1], 3600)
+  store(KEYS[1], rps_level - 1, rps_rate, rps_cap)
 end
 if tpm_rate > 0 then
-  redis.call('HSET', KEYS[2], 'level', tpm_level - tokens, 'updated', now)
-  redis.call('EXPIRE', KEYS[2], 3600)
+  store(KEYS[2], tpm_level - tokens, tpm_rate, tpm_cap)
 end
 if max_conc > 0 then
   redis.call('ZADD', KEYS[3], now, request_id)
@@ -82,8 +90,6 @@ return {0, '0'}
 """
 
 _RELEASE: Final = """
-local now_parts = redis.call('TIME')
-local now = tonumber(now_parts[1]) + tonumber(now_parts[2]) / 1e6
 redis.call('ZREM', KEYS[2], ARGV[1])
 local tpm_rate, tpm_cap, delta = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 if tpm_rate > 0 and delta ~= 0 then
@@ -91,7 +97,7 @@ if tpm_rate > 0 and delta ~= 0 then
   local current = tonumber(state[1]) or tpm_cap
   local updated = tonumber(state[2]) or now
   local refilled = math.min(tpm_cap, current + (now - updated) * tpm_rate)
-  redis.call('HSET', KEYS[1], 'level', math.min(tpm_cap, refilled + delta), 'updated', now)
+  store(KEYS[1], math.min(tpm_cap, refilled + delta), tpm_rate, tpm_cap)
 end
 return 0
 """
@@ -134,8 +140,8 @@ class SharedLimiter:
         self.local = TenantLimiter(limits)
         self.max_request_s = max_request_s
         self._keys = [f"{prefix}:{tenant}:{kind}" for kind in ("rps", "tpm", "inflight")]
-        self._admit = client.register_script(_ADMIT)
-        self._release = client.register_script(_RELEASE)
+        self._admit = client.register_script(_PRELUDE + _ADMIT)
+        self._release = client.register_script(_PRELUDE + _RELEASE)
         # Request ids whose admission failed but may still run in Redis (with when it
         # failed, on the loop's clock), and the task that removes their slots.
         self._unsure: dict[str, float] = {}

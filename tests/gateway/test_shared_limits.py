@@ -145,6 +145,28 @@ def test_a_burst_below_one_request_admits_as_the_local_limiter_does(redis_url: s
     asyncio.run(scenario())
 
 
+def test_a_token_debt_longer_than_an_hour_is_kept_until_paid_back(redis_url: str) -> None:
+    """A request that used 100 times the per-minute budget owes 99 minutes, as in process;
+    the bucket's key expired after an hour and the tenant came back to a full budget."""
+    import redis.asyncio
+
+    from gateway.tenants.limits import TenantLimits
+    from gateway.tenants.shared_limits import SharedLimiter
+
+    async def scenario() -> None:
+        client = redis.asyncio.from_url(redis_url)
+        limiter = SharedLimiter(client, "deep", TenantLimits(tokens_per_minute=1000))
+        hold = await limiter.admit(500)
+        await limiter.release(hold, 500, used_tokens=100_000)
+        level = float(await client.hget("tiergate:deep:tpm", "level") or 0)
+        payback_s = (1000 - level) / (1000 / 60)
+        assert payback_s > 5900
+        assert await client.ttl("tiergate:deep:tpm") >= payback_s
+        await client.aclose()
+
+    asyncio.run(scenario())
+
+
 def test_unreachable_redis_falls_back_to_local_limits(ladder: Ladder) -> None:
     config = settings(
         ladder, f"redis://127.0.0.1:{free_port()}/0", {"requests_per_second": 0.2, "burst": 2}
