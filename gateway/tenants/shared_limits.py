@@ -9,7 +9,8 @@ replicas with two Lua scripts that read Redis' own clock:
 When Redis cannot be reached, admission falls back to the replica's in-process limiter
 (the limits then hold per replica) and logs it, rather than failing requests. An admission
 that timed out may still run once a stalled Redis resumes: its concurrency slot is removed
-in the background, or it would hold one of the tenant's slots for the longest request.
+in the background, or it would hold one of the tenant's slots for the longest request; so is
+the slot of a release that failed.
 """
 
 from __future__ import annotations
@@ -202,7 +203,11 @@ class SharedLimiter:
                 keys=[self._keys[1], self._keys[2]], args=[hold.request_id, tpm / 60.0, tpm, delta]
             )
         except Exception as exc:
-            log.warning("shared limits: release failed (%s); the slot expires by itself", exc)
+            log.warning("shared limits: release failed (%s); its slot goes once Redis answers", exc)
+            if self.limits.max_concurrency:
+                # Left in Redis, the slot would count against the tenant for the longest
+                # request (timeouts.total_s) after Redis is reachable again.
+                self._forget_later(hold.request_id)
 
     def _forget_later(self, request_id: str) -> None:
         loop = asyncio.get_running_loop()

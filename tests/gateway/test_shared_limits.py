@@ -123,6 +123,39 @@ def test_an_admission_run_late_by_a_stalled_redis_gives_its_slot_back(
     asyncio.run(scenario())
 
 
+def test_a_slot_whose_release_failed_is_given_back_once_redis_answers(redis_url: str) -> None:
+    """The release of a shared admission fails (Redis unreachable for a moment): its slot
+    stayed in Redis and refused the tenant's next request for the longest request (900 s)."""
+    import redis.asyncio
+
+    from gateway.errors import RateLimitError
+    from gateway.tenants.limits import TenantLimits
+    from gateway.tenants.shared_limits import SharedLimiter
+
+    async def unreachable(**_: object) -> None:
+        raise redis.exceptions.ConnectionError("Connection refused")
+
+    async def scenario() -> None:
+        client = redis.asyncio.from_url(redis_url)
+        limiter = SharedLimiter(client, "cut", TenantLimits(max_concurrency=1))
+        hold = await limiter.admit(10)
+        assert hold is not None
+        release, limiter._release = limiter._release, unreachable
+        await limiter.release(hold, 10, 10)
+        limiter._release = release  # Redis answers again
+        deadline = time.monotonic() + 5
+        again = None
+        while again is None and time.monotonic() < deadline:
+            try:
+                again = await limiter.admit(10)
+            except RateLimitError:  # the slot, until it is removed in the background
+                await asyncio.sleep(0.1)
+        assert again is not None
+        await client.aclose()
+
+    asyncio.run(scenario())
+
+
 def test_a_burst_below_one_request_admits_as_the_local_limiter_does(redis_url: str) -> None:
     """burst 0.5 at 2 per second: in process a full bucket admits a request (as a token
     budget smaller than a request does); the shared script refused every request."""
