@@ -319,3 +319,23 @@ def test_the_admission_estimate_is_a_quarter_of_the_body_plus_every_choice() -> 
     request: dict[str, object] = {"max_tokens": 100, "n": 4}
     ticket = asyncio.run(admission.admit(tenant, request, 400, "chat"))
     assert ticket.estimate == 100 + 4 * 100  # n completions of up to max_tokens each
+
+
+def test_a_json_request_left_while_the_engine_generated_keeps_its_estimate_charged() -> None:
+    """Its client left before the answer (499): the engine had generated for it, so it is
+    not refunded in full; a request nothing was sent for, or that the engine refused, is."""
+    from gateway.api.openai import used_tokens
+    from gateway.stats import Attempt, Ladder, RequestRecord
+
+    def record(*outcomes: str) -> RequestRecord:
+        done = RequestRecord(tenant="t", kind="chat", ladder=Ladder(("a",), (1.0,)))
+        done.attempts = [Attempt(0, "http://h:1/v1", outcome) for outcome in outcomes]
+        return done
+
+    left = record("connect_error", "client_gone")
+    left.status, left.client_disconnected = 499, True
+    assert used_tokens(left) is None  # the admission estimate stays charged
+    queued = record()
+    queued.status, queued.client_disconnected = 499, True
+    assert used_tokens(queued) == 0
+    assert used_tokens(record("connect_error", "status_5xx")) == 0
