@@ -125,7 +125,7 @@ class Admission:
         hold = None
         charged = True
         if limiter is not None:
-            choices = request.get("n") or 1
+            choices = _completions_asked(kind, request)
             estimate = estimate_tokens(body_bytes, None if asked is None else asked * choices)
             if isinstance(limiter, SharedLimiter):
                 hold = await limiter.admit(estimate)
@@ -134,6 +134,16 @@ class Admission:
                 limiter.admit(estimate)
         self.inflight[tenant.name] = self.inflight.get(tenant.name, 0) + 1
         return Ticket(self, tenant.name, limiter, estimate, hold, charged=charged)
+
+
+def _completions_asked(kind: EndpointKind, request: Mapping[str, Any]) -> int:
+    """How many completions the request asks for: n for each prompt, as a completions
+    request may list several prompts (strings or token lists; one list of ints is one)."""
+    choices: int = request.get("n") or 1
+    prompts = request.get("prompt") if kind == "completions" else None
+    if isinstance(prompts, list) and prompts and not isinstance(prompts[0], int):
+        choices *= len(prompts)
+    return choices
 
 
 __all__ = ["Admission", "Ticket"]

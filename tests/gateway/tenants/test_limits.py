@@ -339,3 +339,24 @@ def test_a_json_request_left_while_the_engine_generated_keeps_its_estimate_charg
     queued.status, queued.client_disconnected = 499, True
     assert used_tokens(queued) == 0
     assert used_tokens(record("connect_error", "status_5xx")) == 0
+
+
+@pytest.mark.parametrize(
+    ("prompt", "completions"),
+    [("one", 2), ([1, 2, 3], 2), (["a", "b", "c"], 6), ([[1, 2], [3]], 4), ([], 2)],
+)
+def test_the_estimate_counts_every_prompt_of_a_completions_request(
+    prompt: object, completions: int
+) -> None:
+    """vLLM answers each prompt of a list with n choices: 100 prompts of up to 100 tokens
+    were estimated at 100 tokens, and let through far past the budget before any usage."""
+    import asyncio
+
+    from gateway.tenants.admission import Admission
+
+    tenant = registry_with({"tokens_per_minute": 100_000}).tenants["t"]
+    admission = Admission()
+    admission.configure({"t": tenant})
+    request = {"prompt": prompt, "max_tokens": 100, "n": 2}
+    ticket = asyncio.run(admission.admit(tenant, request, 0, "completions"))
+    assert ticket.estimate == completions * 100
