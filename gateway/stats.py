@@ -44,6 +44,7 @@ class RequestRecord:
     overhead_s: float = 0.0
     attempts: list[Attempt] = field(default_factory=list)
     error_after_first_byte: bool = False
+    streamed_events: int = 0  # SSE events relayed to the client
     client_disconnected: bool = False
     rejected: str | None = None  # why admission refused it (a fixed code vocabulary)
     request_id: bytes = b""  # the gateway's x-request-id (request_ids.py)

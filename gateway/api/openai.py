@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import Any, Final
 
 from gateway.coarse_timers import CoarseTimers
 from gateway.errors import (
@@ -85,7 +85,11 @@ class GenerationHandler:
             ticket = await self.admission.admit(tenant, request, len(body), self.kind)
             if ticket.hold is not None:  # a slot in Redis, shared with other replicas
                 admitted = ticket
-                channel.before_finish(lambda: admitted.release(used_tokens(record)))
+                channel.before_finish(
+                    lambda: admitted.release(
+                        used_tokens(record), at_least=known_cost(record, len(body))
+                    )
+                )
             header_pin = pin.decode("latin-1").strip() if pin else None
             await self.service.handle(
                 self.kind,
@@ -127,7 +131,7 @@ class GenerationHandler:
             record.duration_s = time.perf_counter() - started
             channel.close()
             if ticket is not None:
-                await ticket.release(used_tokens(record))
+                await ticket.release(used_tokens(record), at_least=known_cost(record, len(body)))
             self.metrics.record(record)
 
     async def _read_body(self, receive: Receive, limit: int) -> bytes:
@@ -212,4 +216,17 @@ def used_tokens(record: RequestRecord) -> int | None:
     return used if used else None
 
 
-__all__ = ["GenerationHandler", "used_tokens"]
+# Events of a stream that carry no generated token: a chat's role and finish events, a
+# Responses stream's opening events (created, in progress, item and part added).
+UNCOUNTED_EVENTS: Final = 4
+
+
+def known_cost(record: RequestRecord, body_bytes: int) -> int:
+    """What a request is known to have cost when its usage never came (a stream the client
+    left): its prompt's estimate and a token per relayed event past the few that carry none.
+    Without it, a stream left before its usage event was charged only its admission estimate
+    (256 completion tokens without max_tokens) however many tokens the client had read."""
+    return body_bytes // 4 + max(0, record.streamed_events - UNCOUNTED_EVENTS)
+
+
+__all__ = ["GenerationHandler", "known_cost", "used_tokens"]

@@ -140,6 +140,7 @@ async def relay_stream(exchange: Exchange, response: UpstreamResponse, stall_s: 
                 events = rewrite(events)
                 if exchange.captured is not None:
                     exchange.captured.append(events)
+                record.streamed_events += events.count(b"\n\n")
                 await channel.body(events, more=True)
             if channel.disconnected:
                 _client_left(record)

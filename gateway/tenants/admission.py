@@ -33,10 +33,14 @@ class Ticket:
     # one before the release, which must then not refund an estimate it never charged.
     charged: bool = True
 
-    async def release(self, used_tokens: int | None) -> None:
-        """Gives the hold back; the first call counts, later ones do nothing."""
+    async def release(self, used_tokens: int | None, *, at_least: int = 0) -> None:
+        """Gives the hold back; the first call counts, later ones do nothing. Without usage
+        (None) the estimate stays charged, or `at_least` when that is more: what the request
+        is known to have cost (a stream's relayed events)."""
         if self.released:
             return
+        if used_tokens is None and at_least > self.estimate:
+            used_tokens = at_least
         self.released = True
         self.admission.inflight[self.tenant] -= 1
         limiter = self.limiter

@@ -400,6 +400,44 @@ def test_leaving_a_stream_early_does_not_refund_its_tokens() -> None:
         slow.stop()
 
 
+def test_a_stream_left_early_is_charged_the_events_it_relayed() -> None:
+    """Without max_tokens the admission estimate is small (256 completion tokens); a client
+    that read 700 events and left before the usage event was charged only that, so it
+    could read ten times its budget. It is now charged a token per relayed event."""
+    ladder = Ladder.start(("nvfp4", "bf16"))
+    try:
+        data = ladder.settings().model_dump(mode="json")
+        data["tenants"][0]["limits"] = {"tokens_per_minute": 1000}
+        data["tenants"][0]["api_keys"] = [API_KEY]
+        from gateway.config import parse_settings
+
+        with GatewayThread(parse_settings(data)) as running:
+            conn = http.client.HTTPConnection("127.0.0.1", running.port, timeout=30)
+            body = {
+                "model": MODEL,
+                "messages": [{"role": "user", "content": "write a long story"}],
+                "stream": True,
+                "ignore_eos": True,
+            }
+            headers = {"authorization": f"Bearer {API_KEY}", "content-type": "application/json"}
+            conn.request("POST", "/v1/chat/completions", json.dumps(body), headers)
+            response = conn.getresponse()
+            assert response.status == 200
+            events = 0
+            while events < 700:
+                if response.readline().startswith(b"data: "):
+                    events += 1
+            conn.close()
+            time.sleep(0.5)  # the gateway sees the disconnect and releases the request
+            client = OpenAI(base_url=f"{running.url}/v1", api_key=API_KEY, max_retries=0)
+            with pytest.raises(openai.RateLimitError):  # 1000 - 700 read leaves < 400
+                client.chat.completions.create(
+                    model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=400
+                )
+    finally:
+        ladder.stop()
+
+
 def test_every_answer_carries_the_gateways_request_id(client: OpenAI, gw: GatewayThread) -> None:
     """x-request-id on answers, streams and errors alike (the SDK's `_request_id`), sent
     upstream too: the engine builds the completion's id on it, as vLLM does."""
