@@ -20,7 +20,7 @@ from gateway.errors import (
 )
 from gateway.metrics import UNAUTHENTICATED, GatewayMetrics
 from gateway.protocol import EndpointKind, RequestLimits, parse_request
-from gateway.proxy.attempts import CLIENT_GONE
+from gateway.proxy.attempts import CLIENT_GONE, DEADLINE
 from gateway.proxy.channel import ClientChannel, Receive, Send
 from gateway.proxy.service import ProxyService
 from gateway.request_ids import HEADER as REQUEST_ID_HEADER
@@ -204,12 +204,16 @@ def used_tokens(record: RequestRecord) -> int | None:
 
     None (the admission estimate stays charged) when a tier served without reporting usage:
     a stream the client left before its closing usage event has still cost tokens. So has
-    a JSON request whose client left while the engine generated its answer: refunded, a
-    tenant that left each request before its answer had the engine generate for free.
+    a JSON request whose client left while the engine generated its answer, or whose
+    total_s ran out while it did (vLLM sends a JSON answer's headers only at its end):
+    refunded, a tenant could have the engine generate for free.
     """
     if record.served_tier is None:
-        left = any(attempt.outcome == CLIENT_GONE for attempt in record.attempts)
-        return None if left else 0  # nothing served
+        generated = any(
+            attempt.outcome == CLIENT_GONE or (attempt.outcome == DEADLINE and not record.stream)
+            for attempt in record.attempts
+        )
+        return None if generated else 0  # nothing served
     if record.status != 200 and not record.client_disconnected:
         return 0  # the engine refused the request (its 400 is relayed)
     used = record.prompt_tokens + record.completion_tokens

@@ -339,6 +339,12 @@ def test_a_json_request_left_while_the_engine_generated_keeps_its_estimate_charg
     queued.status, queued.client_disconnected = 499, True
     assert used_tokens(queued) == 0
     assert used_tokens(record("connect_error", "status_5xx")) == 0
+    # A JSON answer cut by the request's total_s was being generated all along; a stream
+    # cut before its first byte had generated nothing the client saw.
+    assert used_tokens(record("deadline")) is None
+    cut_stream = record("deadline")
+    cut_stream.stream = True
+    assert used_tokens(cut_stream) == 0
 
 
 @pytest.mark.parametrize(
