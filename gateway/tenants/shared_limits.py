@@ -7,7 +7,9 @@ replicas with two Lua scripts that read Redis' own clock:
 - concurrency is a sorted set of in-flight request ids scored by admission time; ids older
   than the longest possible request are pruned, so a replica that dies cannot leak slots.
 When Redis cannot be reached, admission falls back to the replica's in-process limiter
-(the limits then hold per replica) and logs it, rather than failing requests. An admission
+(the limits then hold per replica) and logs it, rather than failing requests; it keeps to
+the fallback for `REDIS_RETRY_S` before it asks Redis again, since a stalled Redis costs
+every admission that asks it the client's socket timeout. An admission
 that timed out may still run once a stalled Redis resumes: its concurrency slot is removed
 in the background, or it would hold one of the tenant's slots for the longest request; so is
 the slot of a release that failed.
@@ -17,7 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -25,6 +29,10 @@ from gateway.errors import RateLimitError
 from gateway.tenants.limits import TenantLimiter, TenantLimits
 
 log = logging.getLogger("tiergate.limits")
+
+# After a failed admission, how long the in-process fallback admits before Redis is asked
+# again.
+REDIS_RETRY_S: Final = 2.0
 
 # Slots of failed admissions remembered for removal; past this many (a long outage) the
 # rest are left to expire with the longest request.
@@ -135,8 +143,11 @@ class SharedLimiter:
         *,
         prefix: str = "tiergate",
         max_request_s: float = 900.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
+        self._clock = clock
+        self._fallback_until = float("-inf")  # Redis failed: admit locally until then
         self.limits = limits
         self.local = TenantLimiter(limits)
         self.max_request_s = max_request_s
@@ -169,11 +180,19 @@ class SharedLimiter:
 
     async def admit(self, estimate: int) -> SharedHold | None:
         """A hold on the shared limits, or None when the local fallback admitted instead."""
+        if self._clock() < self._fallback_until:
+            self.local.admit(estimate)
+            return None
         request_id = uuid.uuid4().hex
         try:
             code, wait = await self._admit(keys=self._keys, args=self._args(estimate, request_id))
         except Exception as exc:  # connection refused, timeout, Redis restarting...
-            log.warning("shared limits unavailable (%s); using this replica's limits", exc)
+            log.warning(
+                "shared limits unavailable (%s); using this replica's limits for %g s",
+                exc,
+                REDIS_RETRY_S,
+            )
+            self._fallback_until = self._clock() + REDIS_RETRY_S
             if self.limits.max_concurrency:
                 self._forget_later(request_id)
             self.local.admit(estimate)

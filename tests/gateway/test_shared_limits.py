@@ -222,3 +222,37 @@ def test_a_redis_url_without_the_redis_package_is_a_config_error(
     config = settings(ladder, "redis://127.0.0.1:6379/0", {"requests_per_second": 1})
     with pytest.raises(ConfigError, match=r"pip install 'tiergate\[redis\]'"):
         build_app(config, environ={})
+
+
+def test_after_a_failure_admissions_keep_to_the_local_limits_for_a_while() -> None:
+    """A stalled Redis costs each admission that asks it the socket timeout (about 0.5 s):
+    after one fails, the replica admits by its own limits for REDIS_RETRY_S, then asks
+    Redis again."""
+    from gateway.tenants.limits import TenantLimits
+    from gateway.tenants.shared_limits import REDIS_RETRY_S, SharedLimiter
+
+    asked: list[int] = []
+
+    class Stalled:
+        def register_script(self, _: str) -> Any:
+            async def script(**_: object) -> None:
+                asked.append(1)
+                raise TimeoutError("Timeout reading from socket")
+
+            return script
+
+    now = [100.0]
+    limiter = SharedLimiter(
+        Stalled(), "t", TenantLimits(requests_per_second=100.0), clock=lambda: now[0]
+    )
+
+    async def scenario() -> None:
+        for _ in range(5):
+            assert await limiter.admit(10) is None  # admitted by the local limits
+        assert len(asked) == 1
+        now[0] += REDIS_RETRY_S + 0.01
+        assert await limiter.admit(10) is None
+        assert len(asked) == 2
+        assert limiter.local.inflight == 6
+
+    asyncio.run(scenario())
