@@ -8,6 +8,7 @@ retryable; after it, a failure ends the stream with an OpenAI-style error event.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -285,7 +286,7 @@ class ProxyService:
             # cheapest one that has a usable endpoint (a tier with none is never freed a
             # slot, so a request queued there waited out queue_timeout_s for nothing).
             tier = next((t for t in plan if t.saturated), plan[0])
-            endpoint = await tier.wait_for_slot(self.resilience.queue_timeout_s)
+            endpoint = await tier.wait_for_slot(self._queue_wait_s(exchange))
             if endpoint is not None and exchange.channel.disconnected:
                 endpoint.slot_freed()  # its client left while it queued: the next waiter's
             elif endpoint is not None and await self._try(
@@ -363,6 +364,12 @@ class ProxyService:
             return False
         failures.served()
         return True
+
+    def _queue_wait_s(self, exchange: Exchange) -> float:
+        """queue_timeout_s, cut to what is left of the request's total_s: that bounds the
+        whole request, queueing included."""
+        left = self.timeouts.total_s - (time.perf_counter() - exchange.started)
+        return min(self.resilience.queue_timeout_s, left)
 
     def _degrade_plan(self, decision: Decision, tenant: Tenant) -> list[TierBackend]:
         """Cheaper allowed tiers whose probability still reaches the tenant's floor."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -367,3 +368,27 @@ def test_a_json_body_that_outlasts_total_s_is_one_504() -> None:
             status, _, body = call(gw, ASK)
             assert status == 504 and orjson.loads(body)["error"]["code"] == "upstream_timeout"
             assert top.received == []
+
+
+def test_a_queue_wait_ends_at_total_s() -> None:
+    """Both tiers answer 503 (saturated): the request queues, but for no longer than what
+    is left of its total_s (1 s), not the whole queue_timeout_s (3 s)."""
+    with FakeUpstream() as cheap, FakeUpstream() as top:
+        cheap.reply = top.reply = Reply(status=503)
+        settings = parse_settings(
+            {
+                "model": MODEL,
+                "tiers": [
+                    {"name": "nvfp4", "precision": "nvfp4", "endpoints": [cheap.url]},
+                    {"name": "bf16", "precision": "bf16", "endpoints": [top.url]},
+                ],
+                "tenants": [{"name": "t", "api_keys": [API_KEY]}],
+                "timeouts": {"total_s": 1.0},
+                "resilience": {"queue_timeout_s": 3.0},
+            }
+        )
+        with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
+            started = time.monotonic()
+            status, _, body = call(gw, ASK)
+            assert status == 429 and orjson.loads(body)["error"]["code"] == "tiers_saturated"
+            assert time.monotonic() - started < 2.0
