@@ -411,14 +411,22 @@ class ConnectionPool:
         """
         conn = self._pop_idle()
         if conn is not None:
+            loop = self._loop or self._bind_loop()
+            sent_at = loop.time()
             try:
                 return await self._exchange(
                     conn, request, first_byte_timeout_s, total_timeout_s, started
                 )
             except UpstreamConnectError:
                 # A reused connection can be closed by the server just as we write to it
-                # (keep-alive expiry); nothing reached the upstream's handler, so retry fresh.
-                pass
+                # (keep-alive expiry): retry fresh. The retry gets only what is left of the
+                # timeouts: an engine that dropped the request after working on it must not
+                # restart the caller's deadline.
+                spent = loop.time() - sent_at
+                if spent >= first_byte_timeout_s or spent >= total_timeout_s:
+                    raise
+                first_byte_timeout_s -= spent
+                total_timeout_s -= spent
         conn = await self._connect()
         return await self._exchange(conn, request, first_byte_timeout_s, total_timeout_s, started)
 

@@ -378,3 +378,32 @@ def test_interim_answers_are_skipped_for_the_final_one(together: bool) -> None:
             assert pool.idle_connections == 1
 
     asyncio.run(with_server(handler, body))
+
+
+def test_the_retry_on_a_fresh_connection_gets_only_the_time_left() -> None:
+    """A reused connection dropped 0.6 s into a request: the retry on a fresh one may take
+    only the 0.4 s left of the request's 1 s, not 1 s more."""
+    requests = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal requests
+        while True:
+            await read_request(reader)
+            requests += 1
+            if requests == 1:
+                writer.write(ok(b"{}"))  # kept alive
+                continue
+            await asyncio.sleep(0.6)
+            if requests == 2:
+                writer.close()  # the engine drops the request it was working on
+                return
+            writer.write(ok(b"{}"))
+
+    async def body(pool: ConnectionPool) -> None:
+        response = await pool.request(request(pool), first_byte_timeout_s=1, total_timeout_s=1)
+        await response.read(1024)
+        response.release()
+        with pytest.raises(UpstreamTimeout):
+            await pool.request(request(pool), first_byte_timeout_s=1, total_timeout_s=1)
+
+    asyncio.run(with_server(handler, body))
