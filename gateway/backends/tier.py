@@ -83,6 +83,9 @@ class TierBackend:
     upstream_headers: bytes = field(default=b"", repr=False)  # holds a secret
     # The TLS context of the tier's https endpoints (None: it has none).
     tls: ssl.SSLContext | None = field(default=None, repr=False)
+    # The circuit breakers' thresholds and the connect timeout its endpoints get on adoption.
+    resilience: ResilienceSettings = field(default_factory=ResilienceSettings, repr=False)
+    connect_timeout_s: float = 3.0
     _waiters: deque[asyncio.Future[EndpointState]] = field(default_factory=deque)
 
     def adopt_endpoints(self) -> None:
@@ -94,11 +97,18 @@ class TierBackend:
             self.adopt(state)
 
     def adopt(self, state: EndpointState) -> None:
-        """What the tier's settings make of one endpoint: its slot queue, limit, key, TLS."""
+        """What the tier's settings make of one endpoint: its slot queue, limit, key, TLS,
+        circuit thresholds and connect timeout (a kept endpoint keeps its circuit's state, not
+        the thresholds of the configuration it was built under)."""
         state.owner = self
         state.max_inflight = self.settings.max_inflight_per_endpoint
         state.pool.default_headers = self.upstream_headers
         state.pool.tls = self.tls if state.endpoint.scheme == "https" else None
+        state.pool.connect_timeout_s = self.connect_timeout_s
+        circuit, resilience = state.circuit, self.resilience
+        circuit.failure_threshold = resilience.failure_threshold
+        circuit.base_ejection_s = resilience.base_ejection_s
+        circuit.max_ejection_s = resilience.max_ejection_s
 
     def pick(
         self, exclude: set[EndpointState] | frozenset[EndpointState] = frozenset()
@@ -189,6 +199,8 @@ def build_tiers(
             queue_size=resilience.queue_size,
             upstream_headers=b"" if key is None else f"authorization: Bearer {key}\r\n".encode(),
             tls=tier_tls_context(tier),
+            resilience=resilience,
+            connect_timeout_s=settings.timeouts.connect_s,
         )
         for endpoint in tier.parsed_endpoints:
             kept = previous.get(endpoint.url)

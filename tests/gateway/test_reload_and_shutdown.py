@@ -222,3 +222,42 @@ def test_an_unchanged_endpoint_keeps_its_health_and_circuit_across_a_reload() ->
     again, fresh = (tier.endpoints[0] for tier in app.runtime.tiers)
     assert again is kept and not again.healthy and again.circuit.consecutive_failures == 1
     assert fresh is not moved and fresh.healthy and fresh.circuit.consecutive_failures == 0
+
+
+def test_a_reload_applies_its_resilience_and_connect_timeout_to_kept_endpoints() -> None:
+    """An unchanged endpoint keeps its circuit's state, not the old thresholds: a reload that
+    lowers failure_threshold (or changes the ejection times or connect_s) applies to it."""
+    from gateway.app import build_app
+    from gateway.config import parse_settings
+
+    def settings(threshold: int, ejection_s: float, connect_s: float) -> Any:
+        return parse_settings(
+            {
+                "model": MODEL,
+                "tiers": [
+                    {"name": "a", "precision": "nvfp4", "endpoints": ["http://127.0.0.1:9/v1"]},
+                    {"name": "b", "precision": "bf16", "endpoints": ["http://127.0.0.1:10/v1"]},
+                ],
+                "tenants": [{"name": "t", "api_keys": [API_KEY]}],
+                "timeouts": {"connect_s": connect_s},
+                "resilience": {
+                    "failure_threshold": threshold,
+                    "base_ejection_s": ejection_s,
+                    "max_ejection_s": 10 * ejection_s,
+                },
+            }
+        )
+
+    app = build_app(settings(5, 5.0, 3.0), environ={})
+    kept = app.runtime.tiers[0].endpoints[0]
+    app.reload(settings(1, 30.0, 1.0))
+    assert app.runtime.tiers[0].endpoints[0] is kept
+    circuit = kept.circuit
+    assert (circuit.failure_threshold, circuit.base_ejection_s, circuit.max_ejection_s) == (
+        1,
+        30.0,
+        300.0,
+    )
+    assert kept.pool.connect_timeout_s == 1.0
+    kept.circuit.on_failure()
+    assert kept.circuit_state == 2  # one failure now ejects it
