@@ -133,6 +133,8 @@ class Gateway:
         # Until then a SIGHUP is the supervisor's echo of this worker's own admin reload.
         self._reload_echo_until = 0.0
         self._tasks: list[asyncio.Task[None]] = []
+        # Its interval is the installed configuration's (`_install`): a reload changes it.
+        self.health = HealthChecker(lambda: self.runtime.tiers)
         self._config_mtime = _mtime(config_path)
         self._installed = False
         self.recalibrator: Recalibrator | None = None
@@ -207,6 +209,7 @@ class Gateway:
         for tier in runtime.tiers:
             tier.adopt_endpoints()
         self.runtime = runtime
+        self.health.interval_s = runtime.settings.resilience.health_interval_s
         self.observer.configure(runtime.settings)
         self.shadow.configure(runtime.settings, runtime.label_log)
         self._install_router(runtime)
@@ -348,12 +351,8 @@ class Gateway:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        checker = HealthChecker(
-            lambda: self.runtime.tiers,
-            interval_s=self.runtime.settings.resilience.health_interval_s,
-        )
-        await checker.check_once()
-        self._tasks.append(loop.create_task(checker.run()))
+        await self.health.check_once()
+        self._tasks.append(loop.create_task(self.health.run()))
         self._tasks.extend(self.observer.start())
         self._tasks.extend(self.shadow.start())
         self._tasks.append(loop.create_task(self._recalibrate()))

@@ -68,6 +68,7 @@ class HealthChecker:
     async def run(self) -> None:
         while True:
             await self.check_once()
+            # Read every round: a reload may change it (a sleep already begun runs out).
             await asyncio.sleep(self.interval_s)
 
 

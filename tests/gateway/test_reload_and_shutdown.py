@@ -261,3 +261,26 @@ def test_a_reload_applies_its_resilience_and_connect_timeout_to_kept_endpoints()
     assert kept.pool.connect_timeout_s == 1.0
     kept.circuit.on_failure()
     assert kept.circuit_state == 2  # one failure now ejects it
+
+
+def test_a_reload_applies_its_health_interval() -> None:
+    from gateway.app import build_app
+    from gateway.config import parse_settings
+
+    def settings(interval_s: float) -> Any:
+        return parse_settings(
+            {
+                "model": MODEL,
+                "tiers": [
+                    {"name": "a", "precision": "nvfp4", "endpoints": ["http://127.0.0.1:9/v1"]},
+                    {"name": "b", "precision": "bf16", "endpoints": ["http://127.0.0.1:10/v1"]},
+                ],
+                "tenants": [{"name": "t", "api_keys": [API_KEY]}],
+                "resilience": {"health_interval_s": interval_s},
+            }
+        )
+
+    app = build_app(settings(60.0), environ={})
+    assert app.health.interval_s == 60.0
+    app.reload(settings(2.0))
+    assert app.health.interval_s == 2.0
