@@ -147,10 +147,20 @@ class TierBackend:
             async with asyncio.timeout(timeout_s):
                 return await waiter
         except TimeoutError:
+            self._pass_on(waiter)
             return None
+        except asyncio.CancelledError:
+            self._pass_on(waiter)
+            raise
         finally:
             if waiter in self._waiters:
                 self._waiters.remove(waiter)
+
+    def _pass_on(self, waiter: asyncio.Future[EndpointState]) -> None:
+        """A wait that ended (timeout, cancel) in the loop turn its slot was handed over: the
+        slot goes to the next waiter, or it stays free with the rest queued behind it."""
+        if waiter.done() and not waiter.cancelled():
+            self.slot_freed()
 
     def slot_freed(self) -> None:
         """A request on this tier finished: hand its slot to the first waiter, if any."""
