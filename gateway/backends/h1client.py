@@ -150,6 +150,17 @@ class UpstreamResponse:
             self._conn.resume()
         return data
 
+    async def wait_for_body(self) -> None:
+        """Returns once some of the body has arrived or it has ended; raises its failure."""
+        while not self._chunks and not self._complete:
+            if self._error is not None:
+                raise self._error
+            self._waiter = self._loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+
     async def read(self, limit: int) -> bytes:
         """The whole body; raises UpstreamProtocolError when it exceeds `limit` bytes."""
         if self._complete and self._error is None and self._buffered <= limit:

@@ -9,6 +9,7 @@ attempt.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 from typing import Final
@@ -190,6 +191,8 @@ class Attempter:
             status = response.status
             if status < 400 or status in CLIENT_ERRORS:
                 if exchange.record.stream and status == 200:
+                    first_byte_left = self.timeouts.first_byte_s - (time.perf_counter() - asked)
+                    await _first_event(response, first_byte_left)
                     return response, None
                 return response, await response.read(MAX_RESPONSE_BYTES)
         except UpstreamFailure as exc:
@@ -222,6 +225,18 @@ class Attempter:
             else f"Upstream answered HTTP {status}."
         )
         raise AttemptFailed(outcome, error, judged_later=status not in GATEWAY_FAILURES)
+
+
+async def _first_event(response: UpstreamResponse, wait_s: float) -> None:
+    """Waits for a stream's first bytes of body. vLLM sends a stream's headers before its
+    engine has even scheduled the request: an engine that stalls or dies before its first
+    event does so after the headers. Nothing has reached the client yet, so that is this
+    attempt's failure (first_byte_s bounds it) and another endpoint may serve."""
+    try:
+        async with asyncio.timeout(wait_s):
+            await response.wait_for_body()
+    except TimeoutError:
+        raise UpstreamTimeout("upstream sent no event within first_byte_s") from None
 
 
 def _first_byte_wait(stream: bool, first_byte_s: float, remaining_s: float) -> float:

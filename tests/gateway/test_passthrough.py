@@ -392,3 +392,23 @@ def test_a_queue_wait_ends_at_total_s() -> None:
             status, _, body = call(gw, ASK)
             assert status == 429 and orjson.loads(body)["error"]["code"] == "tiers_saturated"
             assert time.monotonic() - started < 2.0
+
+
+def test_a_stream_silent_after_its_headers_fails_over_within_first_byte_s() -> None:
+    """vLLM sends a stream's headers before its engine schedules the request: a stalled
+    engine answers headers, then nothing. first_byte_s (0.5 s) bounds the wait for the first
+    event, and as nothing reached the client yet, the top tier serves (it waited 2 s, 4 s in
+    all, on the stalled tier)."""
+    event = b'data: {"id":"c","object":"chat.completion.chunk","model":"served/top","choices":[]}\n\ndata: [DONE]\n\n'
+    with FakeUpstream() as cheap, FakeUpstream() as top:
+        kind = b"text/event-stream"
+        cheap.reply = Reply(pieces=[b"", event], piece_interval_s=2.0, content_type=kind)
+        top.reply = Reply(pieces=[event], content_type=kind)
+        settings = two_tiers(cheap, top, first_byte_s=0.5, total_s=10.0)
+        with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
+            started = time.monotonic()
+            status, headers, body = call(gw, {**ASK, "stream": True})
+            assert status == 200 and headers["x-tiergate-tier"] == "bf16"
+            assert body.endswith(b"data: [DONE]\n\n")
+            assert time.monotonic() - started < 1.8
+            assert gw.app.runtime.tiers[0].endpoints[0].circuit.consecutive_failures == 1
