@@ -206,8 +206,11 @@ class Gateway:
         self.metrics.tenant_top_tier = {
             name: tenant.top_tier for name, tenant in runtime.tenants.tenants.items()
         }
+        replaced = {tier.name: tier for tier in old.tiers} if old is not None else {}
         for tier in runtime.tiers:
             tier.adopt_endpoints()
+            if tier.name in replaced:
+                tier.take_queue(replaced[tier.name])
         self.runtime = runtime
         self.health.interval_s = runtime.settings.resilience.health_interval_s
         self.observer.configure(runtime.settings)

@@ -162,6 +162,12 @@ class TierBackend:
         if waiter.done() and not waiter.cancelled():
             self.slot_freed()
 
+    def take_queue(self, replaced: TierBackend) -> None:
+        """Requests queued on the tier this one replaces (a reload) wait on this one: the
+        slots their endpoints free wake this tier's queue now, so theirs would never be
+        woken again. One deque for both, so a wait that ends leaves it either way."""
+        self._waiters = replaced._waiters
+
     def slot_freed(self) -> None:
         """A request on this tier finished: hand its slot to the first waiter, if any."""
         while self._waiters:
