@@ -25,6 +25,9 @@ class EndpointState:
     max_inflight: int
     circuit: CircuitBreaker = field(default_factory=CircuitBreaker)
     inflight: int = 0
+    # Slots handed to queued requests that have not resumed yet: counted as taken, or a new
+    # request running first in the same loop turn takes the slot too (past max_inflight).
+    reserved: int = 0
     healthy: bool = True
     health_error: str | None = None  # why the last health check failed
     # The upstream path per endpoint kind, rendered once.
@@ -53,7 +56,7 @@ class EndpointState:
 
     @property
     def saturated(self) -> bool:
-        return self.inflight >= self.max_inflight
+        return self.inflight + self.reserved >= self.max_inflight
 
     @property
     def usable(self) -> bool:
@@ -145,7 +148,10 @@ class TierBackend:
         self._waiters.append(waiter)
         try:
             async with asyncio.timeout(timeout_s):
-                return await waiter
+                state = await waiter
+            # Resumed: the caller sends on this slot before it next yields to the loop.
+            state.reserved -= 1
+            return state
         except TimeoutError:
             self._pass_on(waiter)
             return None
@@ -160,6 +166,7 @@ class TierBackend:
         """A wait that ended (timeout, cancel) in the loop turn its slot was handed over: the
         slot goes to the next waiter, or it stays free with the rest queued behind it."""
         if waiter.done() and not waiter.cancelled():
+            waiter.result().reserved -= 1
             self.slot_freed()
 
     def take_queue(self, replaced: TierBackend) -> None:
@@ -176,6 +183,7 @@ class TierBackend:
                 return
             waiter = self._waiters.popleft()
             if not waiter.done():
+                state.reserved += 1
                 waiter.set_result(state)
                 return
 

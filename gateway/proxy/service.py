@@ -104,6 +104,17 @@ class _Failures:
         return self.saturated > 0 and self.other == 0
 
 
+
+def queue_tier(plan: list[TierBackend]) -> TierBackend | None:
+    """Where a request waits when every eligible tier is full: the cheapest tier the gateway
+    saw full, else (the engines answered 429/503) the cheapest with a usable endpoint. A
+    tier with none is never freed a slot: a request queued there waited out queue_timeout_s
+    for nothing."""
+    return next((t for t in plan if t.saturated), None) or next(
+        (t for t in plan if t.usable), None
+    )
+
+
 class ProxyService:
     """Routes and forwards requests for one public model over a ladder of tiers."""
 
@@ -281,18 +292,8 @@ class ProxyService:
             if await self._try_tiers(exchange, cheaper, failures, current):
                 exchange.record.reason = "degraded"
                 return
-        if failures.only_saturation:
-            # Every eligible tier is full: wait, briefly, in the bounded queue of the
-            # cheapest one that has a usable endpoint (a tier with none is never freed a
-            # slot, so a request queued there waited out queue_timeout_s for nothing).
-            tier = next((t for t in plan if t.saturated), plan[0])
-            endpoint = await tier.wait_for_slot(self._queue_wait_s(exchange))
-            if endpoint is not None and exchange.channel.disconnected:
-                endpoint.slot_freed()  # its client left while it queued: the next waiter's
-            elif endpoint is not None and await self._try(
-                exchange, tier, endpoint, failures, current
-            ):
-                return
+        if failures.only_saturation and await self._queue(exchange, plan, failures, current):
+            return
         if exchange.channel.disconnected:
             exchange.record.client_disconnected = True
             exchange.record.status = 499
@@ -347,6 +348,26 @@ class ProxyService:
                 return True
         return False
 
+    async def _queue(
+        self,
+        exchange: Exchange,
+        plan: list[TierBackend],
+        failures: _Failures,
+        current: list[UpstreamResponse],
+    ) -> bool:
+        """Every eligible tier is full: waits, briefly, in the bounded queue of `queue_tier`'s
+        choice. True once served."""
+        tier = queue_tier(plan)
+        if tier is None:
+            return False
+        endpoint = await tier.wait_for_slot(self._queue_wait_s(exchange))
+        if endpoint is None:
+            return False
+        if exchange.channel.disconnected:
+            endpoint.slot_freed()  # its client left while it queued: the next waiter's
+            return False
+        return await self._try(exchange, tier, endpoint, failures, current)
+
     async def _try(
         self,
         exchange: Exchange,
@@ -384,4 +405,4 @@ class ProxyService:
         ]
 
 
-__all__ = ["PIN_SEPARATOR", "ProxyService"]
+__all__ = ["PIN_SEPARATOR", "ProxyService", "queue_tier"]

@@ -6,12 +6,12 @@ import asyncio
 import contextlib
 
 from gateway.backends.tier import TierBackend, build_tiers
-from gateway.config import parse_settings
+from gateway.config import Settings, parse_settings
 from tests.helpers import API_KEY, MODEL
 
 
-def one_slot_tier() -> TierBackend:
-    settings = parse_settings(
+def one_slot_tier_settings() -> Settings:
+    return parse_settings(
         {
             "model": MODEL,
             "tiers": [
@@ -26,7 +26,10 @@ def one_slot_tier() -> TierBackend:
             "tenants": [{"name": "t", "api_keys": [API_KEY]}],
         }
     )
-    return build_tiers(settings)[0]
+
+
+def one_slot_tier() -> TierBackend:
+    return build_tiers(one_slot_tier_settings())[0]
 
 
 def test_a_slot_handed_to_a_wait_that_ends_goes_to_the_next_waiter() -> None:
@@ -48,3 +51,48 @@ def test_a_slot_handed_to_a_wait_that_ends_goes_to_the_next_waiter() -> None:
         assert await second is endpoint
 
     asyncio.run(main())
+
+
+def test_a_slot_handed_to_a_waiter_is_not_taken_before_it_resumes() -> None:
+    """Between the hand-over and the waiter's next step, a new request that runs first must
+    see the endpoint full: it took the slot too (2 in flight with a limit of 1)."""
+
+    async def main() -> None:
+        tier = one_slot_tier()
+        endpoint = tier.endpoints[0]
+        endpoint.inflight = 1
+        waiting = asyncio.ensure_future(tier.wait_for_slot(5.0))
+        await asyncio.sleep(0.01)
+        endpoint.inflight = 0
+        endpoint.slot_freed()  # handed over; the waiter has not run yet
+        assert endpoint.saturated and tier.pick() is None  # no one else gets it
+        assert await waiting is endpoint
+        assert not endpoint.saturated and endpoint.reserved == 0  # the waiter sends on it
+        endpoint.inflight = 1
+        timed_out = asyncio.ensure_future(tier.wait_for_slot(0.05))
+        await asyncio.sleep(0.01)
+        endpoint.inflight = 0
+        endpoint.slot_freed()
+        timed_out.cancel()  # its wait ends before it runs: the reservation goes with it
+        with contextlib.suppress(asyncio.CancelledError):
+            await timed_out
+        assert endpoint.reserved == 0 and tier.pick() is endpoint
+
+    asyncio.run(main())
+
+
+def test_a_request_queues_on_a_tier_that_can_free_a_slot() -> None:
+    """With the engines answering 429/503 no tier is full in the gateway's count: the queue
+    is the cheapest usable tier's, not the cheapest tier's when that one is down (nothing
+    would ever wake a request queued there)."""
+    from gateway.proxy.service import queue_tier
+
+    cheap, top = build_tiers(one_slot_tier_settings())
+    cheap.endpoints[0].healthy = False
+    assert queue_tier([cheap, top]) is top
+    cheap.endpoints[0].healthy = True
+    assert queue_tier([cheap, top]) is cheap
+    top.endpoints[0].inflight = top.endpoints[0].max_inflight  # the gateway saw it full
+    assert queue_tier([cheap, top]) is top
+    top.endpoints[0].healthy = cheap.endpoints[0].healthy = False
+    assert queue_tier([cheap, top]) is None
