@@ -4,7 +4,9 @@ Closed: requests flow; `failure_threshold` consecutive failures eject the endpoi
 Open: no requests until the ejection time has passed; the ejection time doubles with each
 consecutive ejection (capped), so a flapping endpoint stays out longer, as Envoy's outlier
 detection does. Half-open: exactly one trial request; success closes the circuit and
-resets the ejection count, failure re-opens it.
+resets the ejection count, failure re-opens it. A verdict on a request sent before the
+circuit last opened (a long stream still running when the endpoint was ejected) says nothing
+about the endpoint since: given its send time, it is ignored while the circuit is not closed.
 """
 
 from __future__ import annotations
@@ -58,27 +60,42 @@ class CircuitBreaker:
             return self._ejection_over()
         return not self.trial_in_flight
 
-    def on_send(self) -> None:
-        """Called when a request is actually sent; an expired open circuit turns half-open."""
-        if self.state is CircuitState.OPEN and self._ejection_over():
+    def on_send(self) -> float:
+        """Called when a request is actually sent; an expired open circuit turns half-open.
+        Returns the send time, for the verdict on that request."""
+        now = self.clock()
+        if self.state is CircuitState.OPEN and now >= self.opened_at + self.ejection_s:
             self.state = CircuitState.HALF_OPEN
             self.trial_in_flight = False
         if self.state is CircuitState.HALF_OPEN:
             self.trial_in_flight = True
+        return now
 
-    def on_success(self) -> None:
+    def _stale(self, sent_at: float | None) -> bool:
+        return (
+            sent_at is not None
+            and self.state is not CircuitState.CLOSED
+            and sent_at < self.opened_at
+        )
+
+    def on_success(self, sent_at: float | None = None) -> None:
+        if self._stale(sent_at):
+            return  # it closed no circuit: 5 failures, then one old stream ending, closed it
         self.consecutive_failures = 0
         if self.state is not CircuitState.CLOSED:
             self.state = CircuitState.CLOSED
             self.ejections = 0
             self.trial_in_flight = False
 
-    def on_inconclusive(self) -> None:
+    def on_inconclusive(self, sent_at: float | None = None) -> None:
         """The request failed in a way that says nothing about this endpoint (other endpoints
         failed on it alike): no verdict, but a half-open trial is over."""
-        self.trial_in_flight = False
+        if not self._stale(sent_at):
+            self.trial_in_flight = False
 
-    def on_failure(self) -> None:
+    def on_failure(self, sent_at: float | None = None) -> None:
+        if self._stale(sent_at):
+            return
         self.consecutive_failures += 1
         if self.state is CircuitState.HALF_OPEN or (
             self.state is CircuitState.CLOSED

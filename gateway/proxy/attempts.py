@@ -115,7 +115,7 @@ class Attempter:
             endpoint.slot_freed()  # a slot handed over from the queue goes to the next waiter
             raise _past_deadline()
         endpoint.inflight += 1
-        endpoint.circuit.on_send()
+        sent_at = endpoint.circuit.on_send()
         for listener in self.listeners:
             listener.upstream_started(tier.name, record.tenant)
         try:
@@ -128,9 +128,9 @@ class Attempter:
             if failure.outcome in INCONCLUSIVE:
                 # No verdict on the endpoint's health, but a half-open trial is over (it
                 # stayed "in flight" for good after a 429, and the endpoint stayed ejected).
-                endpoint.circuit.on_inconclusive()
+                endpoint.circuit.on_inconclusive(sent_at)
             elif not failure.judged_later:
-                endpoint.circuit.on_failure()
+                endpoint.circuit.on_failure(sent_at)
             endpoint.slot_freed()
             record.attempts.append(Attempt(tier.index, endpoint.url, failure.outcome))
             raise
@@ -153,9 +153,9 @@ class Attempter:
             for listener in self.listeners:
                 listener.upstream_finished(tier.name, record.tenant)
             if engine_failed:
-                endpoint.circuit.on_failure()
+                endpoint.circuit.on_failure(sent_at)
             else:
-                endpoint.circuit.on_success()
+                endpoint.circuit.on_success(sent_at)
             response.release()
             endpoint.slot_freed()
 

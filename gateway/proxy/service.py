@@ -104,15 +104,12 @@ class _Failures:
         return self.saturated > 0 and self.other == 0
 
 
-
 def queue_tier(plan: list[TierBackend]) -> TierBackend | None:
     """Where a request waits when every eligible tier is full: the cheapest tier the gateway
     saw full, else (the engines answered 429/503) the cheapest with a usable endpoint. A
     tier with none is never freed a slot: a request queued there waited out queue_timeout_s
     for nothing."""
-    return next((t for t in plan if t.saturated), None) or next(
-        (t for t in plan if t.usable), None
-    )
+    return next((t for t in plan if t.saturated), None) or next((t for t in plan if t.usable), None)
 
 
 class ProxyService:

@@ -78,3 +78,26 @@ def test_the_ejection_ends_exactly_at_its_time() -> None:
     breaker.on_failure()
     clock.now = 105.0  # opened at 100.0: the 5 s ejection is over now, not a tick later
     assert breaker.can_send() and breaker.observed_state is CircuitState.HALF_OPEN
+
+
+def test_a_verdict_on_a_request_sent_before_the_ejection_counts_for_nothing() -> None:
+    """A long stream sent while the endpoint was healthy ends after five newer requests
+    failed and ejected it: its success says nothing about the endpoint now, and closed the
+    circuit (ejection count reset); an old failure re-opened a half-open one."""
+    clock = Clock()
+    breaker = CircuitBreaker(failure_threshold=5, base_ejection_s=5.0, clock=clock)
+    old = breaker.on_send()
+    clock.now += 1.0
+    for _ in range(5):
+        breaker.on_failure(breaker.on_send())
+    assert breaker.state is CircuitState.OPEN
+    breaker.on_success(old)
+    assert breaker.state is CircuitState.OPEN and breaker.ejections == 1
+    clock.now += 5.1
+    trial = breaker.on_send()
+    assert breaker.state is CircuitState.HALF_OPEN
+    breaker.on_failure(old)  # nor does an old failure end the trial
+    breaker.on_inconclusive(old)
+    assert breaker.state is CircuitState.HALF_OPEN and not breaker.can_send()
+    breaker.on_success(trial)
+    assert breaker.state is CircuitState.CLOSED and breaker.ejections == 0
