@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import signal
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from openai import OpenAI
@@ -18,7 +22,7 @@ from gateway.app import PolicyFactory
 from gateway.config import Settings, parse_settings
 from gateway.observer.vllm_metrics import VllmMetricsSnapshot, parse_vllm_metrics
 from tests.helpers import API_KEY, GatewayThread
-from tests.vllm.deployment import ENGINE_API_KEY, Deployment, VllmServer
+from tests.vllm.deployment import ENGINE_API_KEY, Deployment, VllmServer, group_members
 
 PUBLIC_MODEL = "tiny-moe"
 ENGINE_HEADERS = {"content-type": "application/json", "authorization": f"Bearer {ENGINE_API_KEY}"}
@@ -158,6 +162,68 @@ def settled_scrape(server: VllmServer, before: EngineScrape, requests: int) -> E
     return wait_for(probe, f"{requests} finished requests on {server.spec.name}")
 
 
+def requests_in(scrape: EngineScrape) -> float:
+    """Requests the engine holds (running or waiting) in that scrape."""
+    return scrape.value("vllm:num_requests_running") + scrape.value("vllm:num_requests_waiting")
+
+
+def still_generating(server: VllmServer, before: EngineScrape, max_tokens: int) -> EngineScrape:
+    """A scrape showing that the one request sent since `before` has begun and not
+    finished: no request_success, and between 1 and `max_tokens` tokens generated."""
+    now = EngineScrape.of(server)
+    generated = now.delta(before, "vllm:generation_tokens_total")
+    finished = now.delta(before, "vllm:request_success_total")
+    assert finished == 0 and 0 < generated < max_tokens, (finished, generated)
+    return now
+
+
+def model_worker_pid(server: VllmServer) -> int:
+    """The server's model worker process (vLLM titles it `VLLM::Worker...`). While it is
+    stopped no step completes, so no token is generated; the engine core and the API server
+    still run: they take aborts and stream out what was generated before."""
+    assert server.process is not None
+    for pid in group_members(server.process.pid):
+        with contextlib.suppress(OSError):
+            if b"VLLM::Worker" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return pid
+    raise AssertionError(f"no model worker in {server.spec.name}'s process group")
+
+
+def first_event_paused(
+    server: VllmServer, start: Callable[[], T], settle_s: float = 1.0, timeout_s: float = 60.0
+) -> T:
+    """Runs `start` (a streaming request to `server`'s tier that returns once the client
+    has its first event) so that the engine pauses (`POST /pause?mode=keep`) right after
+    the request's first step: the model worker is stopped (SIGSTOP) while the request is
+    sent and the pause is queued behind the step that waits for it, then let go. The engine
+    then holds the request, with a token or two generated, until `/resume`, however slowly
+    the test acts next. Pausing once the client had its first event was often too late
+    under load: the tiny model decodes hundreds of tokens a second, the API server was busy
+    streaming them, and the pause landed after the whole answer; so did a short SIGCONT
+    window of the worker, once held up for seconds. `settle_s` lets the request, then the
+    pause, reach the idle engine core (nothing is generated meanwhile)."""
+    worker = model_worker_pid(server)
+    os.kill(worker, signal.SIGSTOP)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        try:
+            started = pool.submit(start)
+            time.sleep(settle_s)  # the request reaches the core, which waits for the worker
+            paused = pool.submit(post_json, f"{server.url}/pause?mode=keep", {})
+            time.sleep(settle_s)  # the pause waits in the core's queue, behind that step
+        finally:
+            os.kill(worker, signal.SIGCONT)
+        try:
+            paused.result(timeout=timeout_s)
+            return started.result(timeout=timeout_s)
+        except BaseException:
+            resume_engine(server)  # lets `start` end, so that the pool can close
+            raise
+
+
+def resume_engine(server: VllmServer) -> None:
+    post_json(f"{server.url}/resume", {})
+
+
 @contextlib.contextmanager
 def observed_gateway(
     deployment: Deployment,
@@ -197,10 +263,15 @@ __all__ = [
     "admin_get",
     "client",
     "finished_requests",
+    "first_event_paused",
     "gateway_metric",
     "gateway_settings",
+    "model_worker_pid",
     "observed_gateway",
     "post_json",
+    "requests_in",
+    "resume_engine",
     "settled_scrape",
+    "still_generating",
     "wait_for",
 ]

@@ -7,26 +7,47 @@ tests/vllm.
 
 from __future__ import annotations
 
-import os
-import signal
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import openai
 import pytest
+from openai import OpenAI
 
 from tests.helpers import GatewayThread, fixed_policy
 from tests.vllm.deployment import Deployment, group_members
 from tests.vllm.support import (
     PUBLIC_MODEL,
+    EngineScrape,
     client,
+    first_event_paused,
     gateway_metric,
     gateway_settings,
+    still_generating,
 )
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
 MESSAGES = [{"role": "user", "content": "Tell me a long story about lighthouses."}]
+MAX_TOKENS = 900
+
+
+def first_event(sdk: OpenAI) -> Iterator[Any]:
+    """A long greedy stream served by `plain` (the ladder's first tier), once its first
+    event reached the client (the gateway can no longer retry it); returns the rest."""
+    raw = sdk.chat.completions.with_raw_response.create(
+        model=PUBLIC_MODEL,
+        messages=MESSAGES,
+        max_tokens=MAX_TOKENS,
+        temperature=0,
+        stream=True,
+        extra_body={"ignore_eos": True},
+    )
+    assert raw.headers["x-tiergate-tier"] == "plain"
+    chunks = iter(raw.parse())
+    assert next(chunks).choices
+    return chunks
 
 
 def test_killed_server_fails_over_up_the_ladder(
@@ -44,21 +65,10 @@ def test_killed_server_fails_over_up_the_ladder(
         )
         assert warm.headers["x-tiergate-tier"] == "plain"
 
-        raw = sdk.chat.completions.with_raw_response.create(
-            model=PUBLIC_MODEL,
-            messages=MESSAGES,
-            max_tokens=900,
-            temperature=0,
-            stream=True,
-            extra_body={"ignore_eos": True},
-        )
-        assert raw.headers["x-tiergate-tier"] == "plain"
-        chunks = iter(raw.parse())
-        assert next(chunks).choices  # the first byte reached the client: no retry possible
-        # The tiny model decodes hundreds of tokens a second on a fast machine: the server
-        # is stopped first, so that the stream cannot finish before the kill lands.
-        assert plain.process is not None
-        os.kill(plain.process.pid, signal.SIGSTOP)
+        # Held in the paused engine, the answer cannot end before the kill lands.
+        before = EngineScrape.of(plain)
+        chunks = first_event_paused(plain, lambda: first_event(sdk))
+        frozen = still_generating(plain, before, MAX_TOKENS)
         plain.kill()  # SIGKILL to the API server: the connection drops mid-stream
         received = 1
         try:
@@ -67,8 +77,13 @@ def test_killed_server_fails_over_up_the_ladder(
         except openai.APIError as error:
             assert "after the first byte" in error.message
         else:
-            pytest.fail(f"the stream ended cleanly after {received} chunks, max_tokens 900")
+            pytest.fail(
+                f"the stream ended cleanly after {received} chunks, max_tokens {MAX_TOKENS}"
+            )
         vllm_report["failover_chunks_before_error"] = received
+        vllm_report["failover_generated_when_killed"] = frozen.delta(
+            before, "vllm:generation_tokens_total"
+        )
 
         served = sdk.chat.completions.with_raw_response.create(
             model=PUBLIC_MODEL, messages=MESSAGES, max_tokens=4, temperature=0

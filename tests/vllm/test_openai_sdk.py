@@ -12,7 +12,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from openai import OpenAI
+from openai import OpenAI, Stream
+from openai.types.chat import ChatCompletionChunk
 
 from tests.helpers import GatewayThread
 from tests.vllm.deployment import Deployment
@@ -20,10 +21,14 @@ from tests.vllm.support import (
     PUBLIC_MODEL,
     EngineScrape,
     client,
+    first_event_paused,
     gateway_metric,
     gateway_settings,
     post_json,
+    requests_in,
+    resume_engine,
     settled_scrape,
+    still_generating,
     wait_for,
 )
 
@@ -34,6 +39,7 @@ MESSAGES = [
     {"role": "user", "content": "Describe a quiet harbour town at dawn."},
 ]
 GREEDY: dict[str, Any] = {"temperature": 0, "extra_body": {"ignore_eos": True}}
+CHAT_HANDLER = "/v1/chat/completions"  # the handler label of vLLM's http_requests_total
 
 
 @pytest.fixture(scope="module")
@@ -177,45 +183,67 @@ def test_pinning_reaches_that_engine_only(deployment: Deployment, sdk: OpenAI, h
         assert done == (1 if name == "prefix" else 0), name
 
 
-def test_client_disconnect_aborts_the_request_in_vllm(
-    deployment: Deployment, sdk: OpenAI, vllm_report: dict[str, Any]
-) -> None:
-    """vLLM 0.32 does not count client aborts in request_success (its output processor
-    drops an aborted request without finishing its stats), so the abort shows as the
-    request leaving the running batch with its generation cut short and never finishing."""
-    server = deployment["plain"]
-    before = EngineScrape.of(server)
-    max_tokens = 960  # with the prompt, just under max_model_len (1024)
+def first_event(sdk: OpenAI, max_tokens: int) -> Stream[ChatCompletionChunk]:
+    """A long greedy stream on `plain`, once the client has its first event."""
     stream = sdk.chat.completions.create(
         model=f"{PUBLIC_MODEL}@plain",
         messages=MESSAGES,
         max_tokens=max_tokens,
         stream=True,
-        **GREEDY,
+        temperature=0,
+        extra_body={"ignore_eos": True},
     )
-    first = next(iter(stream))
-    assert first.choices
-    stream.close()  # the client goes away after the first event
-    closed = time.monotonic()
+    assert isinstance(stream, Stream)
+    assert next(iter(stream)).choices
+    return stream
 
-    def left_the_batch() -> EngineScrape | None:
-        now = EngineScrape.of(server)
-        idle = now.value("vllm:num_requests_running") + now.value("vllm:num_requests_waiting")
-        return now if idle == 0 else None
 
-    gone = wait_for(
-        left_the_batch, "vLLM to drop the abandoned request", timeout_s=10, every_s=0.02
-    )
-    latency = time.monotonic() - closed
-    time.sleep(1.0)
+def test_client_disconnect_aborts_the_request_in_vllm(
+    deployment: Deployment, sdk: OpenAI, vllm_report: dict[str, Any]
+) -> None:
+    """The client leaves after the first event while the request is held in the paused
+    engine, so the answer cannot finish first and nothing is generated meanwhile. vLLM's
+    API server must then end the request, which aborts it in the engine; had the gateway
+    kept the upstream stream open, it would not. vLLM 0.32 does not count client aborts in
+    request_success (its output processor drops an aborted request without finishing its
+    stats), so the abort shows as the request leaving the engine with its generation cut
+    short and, resumed, never finishing."""
+    server = deployment["plain"]
+    max_tokens = 960  # with the prompt, just under max_model_len (1024)
+    before = EngineScrape.of(server)
+    stream = first_event_paused(server, lambda: first_event(sdk, max_tokens))
+    try:
+        paused = still_generating(server, before, max_tokens)
+        stream.close()  # the client goes away after the first event
+        closed = time.monotonic()
+
+        def chat_ended() -> bool:
+            now = EngineScrape.of(server)
+            return now.delta(before, "http_requests_total", handler=CHAT_HANDLER) >= 1
+
+        wait_for(chat_ended, "vLLM's API server to end the abandoned request", timeout_s=10)
+
+        def left_the_engine() -> EngineScrape | None:
+            now = EngineScrape.of(server)
+            return now if requests_in(now) == 0 else None
+
+        gone = wait_for(
+            left_the_engine, "vLLM to drop the abandoned request", timeout_s=10, every_s=0.02
+        )
+        latency = time.monotonic() - closed
+    finally:
+        resume_engine(server)
+    time.sleep(1.0)  # resumed: a request still held would generate again, and finish
     after = EngineScrape.of(server)
     generated = after.delta(before, "vllm:generation_tokens_total")
     vllm_report["client_disconnect"] = {
         "max_tokens": max_tokens,
+        "generated_when_the_client_left": paused.delta(before, "vllm:generation_tokens_total"),
         "generated_before_abort": generated,
-        "close_to_out_of_batch_s": round(latency, 3),
+        "close_to_out_of_engine_s": round(latency, 3),
     }
-    assert generated == gone.delta(before, "vllm:generation_tokens_total")  # no more decoding
+    assert gone.delta(paused, "vllm:generation_tokens_total") == 0  # paused: no decoding
+    assert generated == gone.delta(before, "vllm:generation_tokens_total")  # none resumed
     assert generated < max_tokens  # cut short: the generation never reached max_tokens
     assert after.delta(before, "vllm:request_success_total") == 0  # it never finished
     assert after.delta(before, "vllm:e2e_request_latency_seconds_count") == 0
