@@ -98,55 +98,83 @@ def response_object(
     status: str,
     usage: dict[str, Any] | None,
 ) -> dict[str, Any]:
-    """A Response object; `usage` in the chat shape (prompt/completion tokens) or None."""
+    """A Response object, field for field as vLLM 0.32 writes one (its null extensions
+    included); `usage` in the chat shape (prompt/completion tokens) or None."""
     incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
+    tools = request.get("tools") or []
     return {
         "id": response_id,
-        "object": "response",
         "created_at": int(time.time()),
-        "model": model,
-        "status": status,
         "incomplete_details": incomplete,
         "instructions": request.get("instructions"),
-        "max_output_tokens": request.get("max_output_tokens"),
+        "metadata": request.get("metadata"),
+        "model": model,
+        "object": "response",
         "output": output,
         "parallel_tool_calls": True,
-        "temperature": request.get("temperature"),
-        "top_p": request.get("top_p"),
-        "tool_choice": request.get("tool_choice", "auto"),
-        "tools": request.get("tools") or [],
-        "text": request.get("text"),
+        "temperature": _number_or(request.get("temperature"), 1.0),
+        "tool_choice": request.get("tool_choice", "auto" if tools else "none"),
+        "tools": tools,
+        "top_p": _number_or(request.get("top_p"), 1.0),
+        "background": False,
+        "max_output_tokens": request.get("max_output_tokens"),
+        "max_tool_calls": None,
         "previous_response_id": None,
-        "store": False,
-        "error": None,
+        "prompt": None,
+        "reasoning": None,
+        "service_tier": "auto",
+        "status": status,
+        "text": request.get("text"),
+        "top_logprobs": None,
+        "truncation": "disabled",
         "usage": None if usage is None else _responses_usage(usage),
+        "user": request.get("user"),
+        "presence_penalty": 0.0,
+        "frequency_penalty": 0.0,
+        "kv_transfer_params": None,
+        "ec_transfer_params": None,
+        "input_messages": None,
+        "output_messages": None,
     }
+
+
+def _number_or(value: Any, default: float) -> float:
+    return default if value is None else float(value)
 
 
 def _responses_usage(usage: dict[str, Any]) -> dict[str, Any]:
     prompt, completion = usage["prompt_tokens"], usage["completion_tokens"]
     return {
         "input_tokens": prompt,
-        "input_tokens_details": {"cached_tokens": 0},
+        "input_tokens_details": {
+            "cached_tokens": 0,
+            "cache_write_tokens": 0,
+            "input_tokens_per_turn": [],
+            "cached_tokens_per_turn": [],
+        },
         "output_tokens": completion,
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {
+            "reasoning_tokens": 0,
+            "tool_output_tokens": 0,
+            "output_tokens_per_turn": [],
+            "tool_output_tokens_per_turn": [],
+        },
         "total_tokens": prompt + completion,
     }
 
 
+def output_text(text: str, logprobs: list[Any] | None = None) -> dict[str, Any]:
+    return {"annotations": [], "text": text, "type": "output_text", "logprobs": logprobs}
+
+
 def message_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
-    part: dict[str, Any] = {
-        "type": "output_text",
-        "text": text,
-        "annotations": [],
-        "logprobs": None,
-    }
     return {
         "id": item_id,
-        "type": "message",
+        "content": [output_text(text)] if status == "completed" else [],
         "role": "assistant",
         "status": status,
-        "content": [part] if status == "completed" else [],
+        "type": "message",
+        "phase": None,
     }
 
 
@@ -202,7 +230,7 @@ class ResponseStream:
     async def _event(self, kind: str, fields: dict[str, Any], *, last: bool = False) -> None:
         if self._drop_after is not None and self._sequence >= self._drop_after:
             raise StreamDropped("injected fault: stream dropped")
-        event = {"type": kind, "sequence_number": self._sequence, **fields}
+        event = {**fields, "sequence_number": self._sequence, "type": kind}
         data = b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
         await self._send({"type": "http.response.body", "body": data, "more_body": not last})
         self._sequence += 1
@@ -222,7 +250,7 @@ class ResponseStream:
         self._opened = True
         item = message_item(self._item_id, "", status="in_progress")
         await self._event("response.output_item.added", {"output_index": 0, "item": item})
-        part = {"type": "output_text", "text": "", "annotations": []}
+        part = output_text("", logprobs=[])
         await self._event("response.content_part.added", self._where() | {"part": part})
 
     def _where(self) -> dict[str, Any]:

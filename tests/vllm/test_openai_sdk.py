@@ -107,6 +107,49 @@ def test_chat_stream_and_not_agree_with_the_engine(
         assert scrape.delta(previous, "vllm:request_success_total", finished_reason="length") == 1
 
 
+def test_responses_stream_and_not_agree_with_the_engine(
+    deployment: Deployment, sdk: OpenAI, gw: GatewayThread
+) -> None:
+    """The Responses API through the gateway: the engine's answer with the public model
+    name, the same text streamed and not (greedy), usage equal to the engine's counters, and
+    the gateway's token counters moved by it."""
+    server = deployment["plain"]
+    labels = {"tenant": "default", "tier": "plain"}
+    counted = gateway_metric(gw, "tiergate_completion_tokens_total", **labels)
+    before = EngineScrape.of(server)
+    request: dict[str, Any] = {
+        "model": f"{PUBLIC_MODEL}@plain",
+        "instructions": MESSAGES[0]["content"],
+        "input": MESSAGES[1]["content"],
+        "max_output_tokens": 24,
+        "temperature": 0,
+    }
+    raw = sdk.responses.with_raw_response.create(**request)
+    plain = raw.parse()
+    assert raw.headers["x-tiergate-tier"] == "plain"
+    assert plain.model == PUBLIC_MODEL  # rewritten from the tier's served name
+    usage = plain.usage
+    assert usage is not None and 0 < usage.output_tokens <= 24
+    middle = settled_scrape(server, before, 1)
+    events = list(sdk.responses.create(**request, stream=True))
+    after = settled_scrape(server, middle, 1)
+    final = events[-1]
+    assert final.type == "response.completed"
+    assert final.response.model == PUBLIC_MODEL
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert deltas == plain.output_text == final.response.output_text
+    assert final.response.usage is not None
+    assert final.response.usage.output_tokens == usage.output_tokens
+    for scrape, previous in ((middle, before), (after, middle)):
+        assert scrape.delta(previous, "vllm:prompt_tokens_total") == usage.input_tokens
+        assert scrape.delta(previous, "vllm:generation_tokens_total") == usage.output_tokens
+    expected = counted + 2 * usage.output_tokens
+    wait_for(
+        lambda: gateway_metric(gw, "tiergate_completion_tokens_total", **labels) == expected,
+        f"the gateway's token counter at {expected}",
+    )
+
+
 def test_completions_stream_and_not(deployment: Deployment, sdk: OpenAI) -> None:
     server = deployment["spec"]
     prompt = "for item in items:\n    total += item.price\n" * 3

@@ -1,7 +1,8 @@
 """The simulator answers in real vLLM's shapes: the same requests to a vLLM server and to a
 `tiergate sim`, compared field by field (keys and value types, not values).
 
-Covers what README says the simulator does beyond plain text: logprobs in the chat and
+Covers what README says the simulator does beyond plain text: the Responses API (a
+Response object and its typed event stream), logprobs in the chat and
 completions shapes, streamed and not, usage in every event (`continuous_usage_stats`), one
 event per choice when n > 1, a list of prompts in one completions request, `echo` (with an
 answer, streamed, and alone with max_tokens 0), and the
@@ -66,7 +67,7 @@ def post(
             status = response.status
     except urllib.error.HTTPError as error:
         return error.code, json.loads(error.read())
-    if raw.startswith("data:"):
+    if raw.startswith(("data:", "event:")):  # SSE; a Responses stream names its events
         events = [line[6:] for line in raw.splitlines() if line.startswith("data: ")]
         return status, [json.loads(e) for e in events if e != "[DONE]"]
     return status, json.loads(raw)
@@ -94,6 +95,7 @@ def both(deployment: Deployment, sim: Sim) -> Pair:
 
 CHAT = {"messages": MESSAGES, "max_tokens": 3, "temperature": 0, "ignore_eos": True}
 TEXT = {"prompt": "Once upon a time", "max_tokens": 3, "temperature": 0, "ignore_eos": True}
+RESPONSE = {"input": "Name three rivers.", "max_output_tokens": 3, "temperature": 0}
 USAGE = {"stream_options": {"include_usage": True}}
 USAGE_EVERYWHERE = {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
 SAMPLED_N = {"n": 2, "temperature": 0.8, "seed": 7}
@@ -139,6 +141,9 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         "/v1/completions",
         {**TEXT, "stream": True, "echo": True, "logprobs": 1},
     ),
+    # the Responses API: a Response object, and its typed event stream
+    "responses": ("/v1/responses", RESPONSE),
+    "responses-stream": ("/v1/responses", {**RESPONSE, "stream": True}),
 }
 
 
@@ -162,7 +167,8 @@ def test_same_fields_as_vllm(both: Pair, case: str) -> None:
     assert vllm_status == sim_status == 200
     if isinstance(vllm, dict):
         assert keyed_shape(sim) == keyed_shape(vllm)
-        assert [c["index"] for c in sim["choices"]] == [c["index"] for c in vllm["choices"]]
+        indices = [[c["index"] for c in answer.get("choices", ())] for answer in (sim, vllm)]
+        assert indices[0] == indices[1]
         return
     # Streams: the opening event, one in the middle and the closing one.
     assert isinstance(sim, list) and len(sim) >= 3 and len(vllm) >= 3
