@@ -142,7 +142,11 @@ class Admission:
 
 def _completions_asked(kind: EndpointKind, request: Mapping[str, Any]) -> int:
     """How many completions the request asks for: n for each prompt, as a completions
-    request may list several prompts (strings or token lists; one list of ints is one)."""
+    request may list several prompts (strings or token lists; one list of ints is one). A
+    Responses request has no `n` (vLLM ignores one as an unknown field, and the gateway does
+    not validate it there): one answer."""
+    if kind == "responses":
+        return 1
     choices: int = request.get("n") or 1
     prompts = request.get("prompt") if kind == "completions" else None
     if isinstance(prompts, list) and prompts and not isinstance(prompts[0], int):

@@ -366,3 +366,19 @@ def test_the_estimate_counts_every_prompt_of_a_completions_request(
     request = {"prompt": prompt, "max_tokens": 100, "n": 2}
     ticket = asyncio.run(admission.admit(tenant, request, 0, "completions"))
     assert ticket.estimate == completions * 100
+
+
+@pytest.mark.parametrize("n", ["x", [1], 4])
+def test_a_responses_request_is_estimated_as_one_answer_whatever_its_n(n: object) -> None:
+    """The Responses API has no `n`: vLLM ignores one, and the gateway passes it unchecked.
+    `"n": "x"` was multiplied into the estimate (a str times the budget): a 500."""
+    import asyncio
+
+    from gateway.tenants.admission import Admission
+
+    tenant = registry_with({"tokens_per_minute": 100_000}).tenants["t"]
+    admission = Admission()
+    admission.configure({"t": tenant})
+    request = {"input": "hi", "max_output_tokens": 100, "n": n}
+    ticket = asyncio.run(admission.admit(tenant, request, 0, "responses"))
+    assert ticket.estimate == 100
