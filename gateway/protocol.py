@@ -144,9 +144,11 @@ class ResponsesRequest(OpenAIModel):
     text: dict[str, Any] | None = None
     store: bool | None = None
     user: str | None = None
-    # Refused by parse_request (STATEFUL_FIELDS); declared so the schema names them.
+    # Refused by parse_request (STATEFUL_FIELDS, background: true); declared so the schema
+    # names them.
     previous_response_id: str | None = None
     conversation: str | dict[str, Any] | None = None
+    background: bool | None = None
 
 
 # Fields that point at state kept by one engine (vLLM's response store): a stateless router
@@ -228,6 +230,16 @@ def _refuse_stateful(data: dict[str, Any]) -> None:
                 param=field,
                 code="unsupported_parameter",
             )
+    if data.get("background") is True:
+        # vLLM answers "queued" at once and generates on, unmetered and outside the tenant's
+        # concurrency, into a store read by GET /v1/responses/{id} on that one engine only.
+        raise InvalidRequestError(
+            "'background' is not supported through tiergate: the answer would be kept by one "
+            "engine, to be fetched later, and the gateway routes no such fetch. Send the "
+            "request without it, streaming if it is long.",
+            param="background",
+            code="unsupported_parameter",
+        )
 
 
 _UTF8_BOM: Final = b"\xef\xbb\xbf"

@@ -116,6 +116,23 @@ def test_state_kept_by_one_engine_is_refused(client: OpenAI, field: str) -> None
     assert "whole conversation" in error["message"]
 
 
+def test_a_background_response_is_refused(client: OpenAI, gw: GatewayThread) -> None:
+    """vLLM would answer "queued" and generate on, unmetered and outside the tenant's
+    concurrency, into a store only a GET to that one engine reads (the gateway routes none);
+    it does so even with store false. background false is an ordinary request."""
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model=MODEL, input="a long essay", background=True, store=False)
+    error = caught.value.body
+    assert isinstance(error, dict)
+    assert error["param"] == "background" and error["code"] == "unsupported_parameter"
+    as_text = send(
+        "POST", f"{gw.url}/v1/responses", {"model": MODEL, "input": "hi", "background": "true"}
+    )
+    assert as_text.status == 400 and as_text.json()["error"]["param"] == "background"
+    served = client.responses.create(model=MODEL, input="hi", background=False, max_output_tokens=3)
+    assert served.usage is not None and served.usage.output_tokens == 3
+
+
 @pytest.mark.parametrize(
     ("body", "param"),
     [
