@@ -65,7 +65,9 @@ def view_request(request: Mapping[str, Any]) -> RequestView:
     messages = request.get("messages")
     if isinstance(messages, list):
         return _view_chat(request, messages)
-    if "input" in request and "prompt" not in request:
+    # A Responses body may carry `prompt` too (a stored prompt's reference, or null): only
+    # a string or a list is a completions prompt.
+    if "input" in request and not isinstance(request.get("prompt"), str | list):
         return _view_responses(request)
     return _view_completion(request)
 

@@ -84,6 +84,16 @@ def test_a_responses_request_reads_as_the_chat_it_stands_for() -> None:
     assert plain.text == "just a question" and plain.is_chat and not plain.has_response_format
 
 
+def test_a_responses_request_with_a_prompt_field_is_still_read_as_one() -> None:
+    """The Responses API has a `prompt` of its own (a stored prompt's reference; vLLM
+    accepts it, null or not): such a body was read as a completions request with no text."""
+    question = {"input": [{"role": "user", "content": "why is the sky blue?"}], "tools": [{}]}
+    expected = view_request(question)
+    for prompt in (None, {"id": "pmpt_1", "version": "2"}):
+        view = view_request({**question, "prompt": prompt})
+        assert view == expected and view.text == "why is the sky blue?" and view.has_tools
+
+
 def test_completion_prompt_shapes() -> None:
     assert view_request({"prompt": "hello"}).text == "hello"
     assert view_request({"prompt": ["a", "b"]}).text == "a\nb"
