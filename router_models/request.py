@@ -84,7 +84,8 @@ def _view_responses(request: Mapping[str, Any]) -> RequestView:
     if isinstance(items, str):
         messages.append({"role": "user", "content": items})
     elif isinstance(items, list):
-        messages.extend(_responses_message(item) for item in items)
+        for item in items:
+            _add_responses_item(messages, item)
     text = request.get("text")
     chat_fields = {
         "tools": request.get("tools"),
@@ -95,16 +96,36 @@ def _view_responses(request: Mapping[str, Any]) -> RequestView:
     return _view_chat(chat_fields, messages)
 
 
-def _responses_message(item: Any) -> Any:
+def _add_responses_item(messages: list[Any], item: Any) -> None:
+    """Appends one input item as vLLM renders it into chat: a reasoning item, a function call
+    or an assistant message that follows an assistant turn joins it (a reasoning model's
+    turn comes back as reasoning, call and answer items: one assistant message). A reasoning
+    item's text is the turn's `reasoning`, which the chat view does not read as content."""
     if not isinstance(item, Mapping):
-        return item  # skipped by _view_chat
+        messages.append(item)  # skipped by _view_chat
+        return
     kind = item.get("type")
+    previous = messages[-1] if messages else None
+    turn = previous if type(previous) is dict and previous.get("role") == "assistant" else None
     if kind == "function_call":
-        return {"role": "assistant", "tool_calls": [item]}
-    if kind == "function_call_output":
-        output = item.get("output")
-        return {"role": "tool", "content": output if isinstance(output, str) else ""}
-    return item  # a message item: role and content (a string or input_text parts)
+        if turn is not None:
+            turn["tool_calls"] = [*(turn.get("tool_calls") or ()), item]
+        else:
+            messages.append({"role": "assistant", "tool_calls": [item]})
+    elif kind == "reasoning":
+        if turn is not None and "reasoning" not in turn:
+            turn["reasoning"] = True
+        else:
+            messages.append({"role": "assistant", "reasoning": True})
+    elif kind == "function_call_output":
+        messages.append({"role": "tool", "content": item.get("output")})
+    elif item.get("role") == "assistant":
+        if turn is not None and turn.get("content") is None:
+            turn["content"] = item.get("content")
+        else:
+            messages.append({"role": "assistant", "content": item.get("content")})
+    else:
+        messages.append(item)  # a message item: role and content (a string or parts)
 
 
 def _view_chat(request: Mapping[str, Any], messages: list[Any]) -> RequestView:

@@ -84,6 +84,46 @@ def test_a_responses_request_reads_as_the_chat_it_stands_for() -> None:
     assert plain.text == "just a question" and plain.is_chat and not plain.has_response_format
 
 
+def test_a_reasoning_models_turns_sent_back_read_as_the_chat_vllm_renders() -> None:
+    """A stateless client sends a reasoning model's output items back: reasoning, call and
+    answer items, which vLLM joins into one assistant message whose reasoning is no content.
+    Each was a message, and the reasoning text (often the longest) counted as prompt text."""
+    thinking = [{"type": "reasoning_text", "text": "long hidden thinking " * 100}]
+    thought = {"type": "reasoning", "id": "rs_1", "summary": [], "content": thinking}
+    call = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
+    answer = {
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": "42"}],
+    }
+    responses = {
+        "input": [
+            {"role": "user", "content": "what is it?"},
+            thought,
+            call,
+            {
+                "type": "function_call_output",
+                "call_id": "c1",
+                "output": [{"type": "input_text", "text": "the tool says 42"}],
+            },
+            thought,
+            answer,
+            {"role": "user", "content": "why?"},
+        ]
+    }
+    chat = {
+        "messages": [
+            {"role": "user", "content": "what is it?"},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "c1"}]},
+            {"role": "tool", "content": "the tool says 42", "tool_call_id": "c1"},
+            {"role": "assistant", "content": [{"type": "text", "text": "42"}]},
+            {"role": "user", "content": "why?"},
+        ]
+    }
+    assert view_request(responses) == view_request(chat)
+    assert responses["input"][1] is thought and "reasoning" not in call  # the body is untouched
+
+
 def test_a_responses_request_with_a_prompt_field_is_still_read_as_one() -> None:
     """The Responses API has a `prompt` of its own (a stored prompt's reference; vLLM
     accepts it, null or not): such a body was read as a completions request with no text."""
