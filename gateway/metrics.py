@@ -54,7 +54,8 @@ class GatewayMetrics:
         )
         self.ttft = Histogram(
             "tiergate_time_to_first_token_seconds",
-            "Streams: time from request arrival to the first relayed event.",
+            "Streams: time from request arrival to the first relayed event (for a Responses "
+            "stream, the first after response.created and response.in_progress).",
             ["tenant", "tier"],
             buckets=_LATENCY_BUCKETS,
             registry=registry,

@@ -150,9 +150,19 @@ class UpstreamResponse:
             self._conn.resume()
         return data
 
-    async def wait_for_body(self) -> None:
-        """Returns once some of the body has arrived or it has ended; raises its failure."""
-        while not self._chunks and not self._complete:
+    @property
+    def reading_paused(self) -> bool:
+        """Whether the unread body has filled the buffer: nothing more arrives until read."""
+        return self._buffered > _HIGH_WATER
+
+    def body_so_far(self) -> bytes:
+        """What has arrived of the body and is not read yet (it stays to be read)."""
+        return b"".join(self._chunks)
+
+    async def wait_for_body(self, after: int = 0) -> None:
+        """Returns once more than `after` bytes of the body wait unread, or it has ended;
+        raises its failure."""
+        while self._buffered <= after and not self._complete:
             if self._error is not None:
                 raise self._error
             self._waiter = self._loop.create_future()

@@ -32,6 +32,7 @@ from gateway.errors import (
     UpstreamError,
     UpstreamTimeoutError,
 )
+from gateway.protocol import EndpointKind
 from gateway.proxy.events import ExchangeListener
 from gateway.proxy.relay import (
     MAX_RESPONSE_BYTES,
@@ -41,7 +42,7 @@ from gateway.proxy.relay import (
     relay_body,
     relay_stream,
 )
-from gateway.proxy.rewrite import ModelRewriter
+from gateway.proxy.rewrite import ModelRewriter, only_opening_events
 from gateway.stats import Attempt
 
 # Upstream statuses that are the client's own mistake: relayed as they are, never retried.
@@ -192,7 +193,7 @@ class Attempter:
             if status < 400 or status in CLIENT_ERRORS:
                 if exchange.record.stream and status == 200:
                     first_byte_left = self.timeouts.first_byte_s - (time.perf_counter() - asked)
-                    await _first_event(response, first_byte_left)
+                    await _first_event(response, first_byte_left, exchange.kind)
                     return response, None
                 return response, await response.read(MAX_RESPONSE_BYTES)
         except UpstreamFailure as exc:
@@ -227,14 +228,22 @@ class Attempter:
         raise AttemptFailed(outcome, error, judged_later=status not in GATEWAY_FAILURES)
 
 
-async def _first_event(response: UpstreamResponse, wait_s: float) -> None:
+async def _first_event(response: UpstreamResponse, wait_s: float, kind: EndpointKind) -> None:
     """Waits for a stream's first bytes of body. vLLM sends a stream's headers before its
     engine has even scheduled the request: an engine that stalls or dies before its first
     event does so after the headers. Nothing has reached the client yet, so that is this
-    attempt's failure (first_byte_s bounds it) and another endpoint may serve."""
+    attempt's failure (first_byte_s bounds it) and another endpoint may serve. A Responses
+    stream's opening events come as early as its headers: the wait goes on past them."""
     try:
         async with asyncio.timeout(wait_s):
             await response.wait_for_body()
+            # A full buffer (opening events echo the request's tools and instructions) holds
+            # no more until read: the wait ends there, as nothing more could arrive.
+            while not response.complete and not response.reading_paused:
+                arrived = response.body_so_far()
+                if not only_opening_events(kind, arrived):
+                    break
+                await response.wait_for_body(after=len(arrived))
     except TimeoutError:
         raise UpstreamTimeout("upstream sent no event within first_byte_s") from None
 

@@ -22,7 +22,12 @@ from gateway.backends.h1client import (
 from gateway.errors import UpstreamError, engine_refusal, error_event
 from gateway.protocol import EndpointKind
 from gateway.proxy.channel import ClientChannel
-from gateway.proxy.rewrite import SSEBuffer, split_usage_event, usage_counts
+from gateway.proxy.rewrite import (
+    SSEBuffer,
+    only_opening_events,
+    split_usage_event,
+    usage_counts,
+)
 from gateway.request_ids import HEADER as REQUEST_ID_HEADER
 from gateway.routing.policy import Decision
 from gateway.stats import RequestRecord
@@ -132,7 +137,7 @@ async def relay_stream(exchange: Exchange, response: UpstreamResponse, stall_s: 
             events = buffer.feed(chunk)
             if not events:
                 continue
-            if record.ttft_s is None:
+            if record.ttft_s is None and not only_opening_events(exchange.kind, events):
                 record.ttft_s = time.perf_counter() - exchange.started
             if _USAGE_MARKERS[0] in events or _USAGE_MARKERS[1] in events:
                 events = _take_usage(events, exchange.strip_usage, record)

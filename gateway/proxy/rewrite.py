@@ -8,9 +8,12 @@ sequence `"model":"<name>"` can only be the object key itself.
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
 import orjson
+
+from gateway.protocol import EndpointKind
 
 _USAGE_KEY: Final = b'"usage":'
 _EVENT_END: Final = b"\n\n"
@@ -110,6 +113,22 @@ class SSEBuffer:
         return data
 
 
+# A Responses stream's own event types (`"type":"response.<what>"`; no object inside an
+# event has a type of that form). vLLM sends the opening two before the engine has even
+# scheduled the request, so they say nothing about when the answer starts.
+_RESPONSES_EVENT_TYPE: Final = re.compile(rb'"type":\s*"response\.([a-z_.]+)"')
+_OPENING_EVENTS: Final = frozenset((b"created", b"in_progress"))
+
+
+def only_opening_events(kind: EndpointKind, events: bytes) -> bool:
+    """Whether `events` are a Responses stream's opening events alone (`response.created`,
+    `response.in_progress`): no output, or anything else, has come yet."""
+    if kind != "responses":
+        return False
+    types = _RESPONSES_EVENT_TYPE.findall(events)
+    return bool(types) and _OPENING_EVENTS.issuperset(types)
+
+
 def _lf_lines(data: bytes) -> bytes:
     """SSE lines may end in CRLF, LF or CR; relayed, they all end in LF (vLLM's framing),
     so events are cut, and usage found, the same way whatever the upstream framed them with."""
@@ -132,4 +151,10 @@ def split_usage_event(events: bytes) -> tuple[bytes, bytes]:
     return events[:event_start] + events[event_end:], events[event_start:event_end]
 
 
-__all__ = ["ModelRewriter", "SSEBuffer", "split_usage_event", "usage_counts"]
+__all__ = [
+    "ModelRewriter",
+    "SSEBuffer",
+    "only_opening_events",
+    "split_usage_event",
+    "usage_counts",
+]

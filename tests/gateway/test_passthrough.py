@@ -412,3 +412,91 @@ def test_a_stream_silent_after_its_headers_fails_over_within_first_byte_s() -> N
             assert body.endswith(b"data: [DONE]\n\n")
             assert time.monotonic() - started < 1.8
             assert gw.app.runtime.tiers[0].endpoints[0].circuit.consecutive_failures == 1
+
+
+def _responses_event(kind: str, fields: str) -> bytes:
+    return b'event: %s\ndata: {"type":"%s",%s}\n\n' % (
+        kind.encode(),
+        kind.encode(),
+        fields.encode(),
+    )
+
+
+# A Responses stream as vLLM frames it: the opening two events come with the headers, before
+# the engine has scheduled the request; the answer follows.
+RESPONSE_OBJECT = '"response":{"id":"r","object":"response","model":"m","tools":[{"type":"function","name":"f"}],"usage":null}'
+RESPONSES_OPENING = _responses_event("response.created", RESPONSE_OBJECT) + _responses_event(
+    "response.in_progress", RESPONSE_OBJECT
+)
+RESPONSES_ANSWER = _responses_event(
+    "response.output_text.delta", '"item_id":"m","output_index":0,"content_index":0,"delta":"hi"'
+) + _responses_event(
+    "response.completed",
+    '"response":{"id":"r","object":"response","model":"m","usage":{"input_tokens":3,"output_tokens":1,"total_tokens":4}}',
+)
+
+
+def test_a_responses_stream_silent_after_its_opening_events_fails_over_within_first_byte_s() -> (
+    None
+):
+    """vLLM sends response.created and response.in_progress before its engine schedules the
+    request: a stalled engine sent those, then nothing, and the attempt counted them as the
+    first event: the client waited on the stalled tier (2 s here), with no failover."""
+    with FakeUpstream() as cheap, FakeUpstream() as top:
+        kind = b"text/event-stream"
+        cheap.reply = Reply(
+            pieces=[RESPONSES_OPENING, RESPONSES_ANSWER], piece_interval_s=2.0, content_type=kind
+        )
+        top.reply = Reply(pieces=[RESPONSES_OPENING + RESPONSES_ANSWER], content_type=kind)
+        settings = two_tiers(cheap, top, first_byte_s=0.5, total_s=10.0)
+        with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
+            started = time.monotonic()
+            ask = {"model": MODEL, "input": "x", "stream": True}
+            status, headers, body = call(gw, ask, "/v1/responses")
+            assert status == 200 and headers["x-tiergate-tier"] == "bf16"
+            assert body == RESPONSES_OPENING + RESPONSES_ANSWER
+            assert time.monotonic() - started < 1.8
+
+
+def test_a_responses_streams_time_to_first_token_is_not_its_opening_events() -> None:
+    """tiergate_time_to_first_token_seconds read the time to response.created, which vLLM
+    sends before the engine runs: about 0 however long the prefill took (0.6 s here)."""
+    with FakeUpstream() as only:
+        only.reply = Reply(
+            pieces=[RESPONSES_OPENING, RESPONSES_ANSWER],
+            piece_interval_s=0.6,
+            content_type=b"text/event-stream",
+        )
+        settings = two_tiers(only, only, first_byte_s=5.0, total_s=10.0)
+        with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
+            status, _, body = call(
+                gw, {"model": MODEL, "input": "x", "stream": True}, "/v1/responses"
+            )
+            assert status == 200 and body == RESPONSES_OPENING + RESPONSES_ANSWER
+            labels = {"tenant": "t", "tier": "nvfp4"}
+            assert gw.metric_at_least("tiergate_time_to_first_token_seconds_count", labels, 1) == 1
+            assert gw.metric("tiergate_time_to_first_token_seconds_sum", labels) >= 0.55
+            tokens = gw.metric_at_least("tiergate_completion_tokens_total", labels, 1)
+            assert tokens == 1
+
+
+def test_a_responses_stream_whose_opening_events_fill_the_read_buffer_is_served() -> None:
+    """The opening events echo the request's tools and instructions: past 1 MiB the read
+    pauses until the relay reads, so waiting past them for more would wait out first_byte_s."""
+    instructions = "y" * 600_000
+    echo = f'"response":{{"id":"r","object":"response","instructions":"{instructions}"}}'
+    opening = _responses_event("response.created", echo) + _responses_event(
+        "response.in_progress", echo
+    )
+    with FakeUpstream() as cheap, FakeUpstream() as top:
+        kind = b"text/event-stream"
+        cheap.reply = Reply(
+            pieces=[opening, RESPONSES_ANSWER], piece_interval_s=0.2, content_type=kind
+        )
+        top.reply = Reply(pieces=[RESPONSES_OPENING + RESPONSES_ANSWER], content_type=kind)
+        settings = two_tiers(cheap, top, first_byte_s=1.5, total_s=10.0)
+        with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
+            ask = {"model": MODEL, "input": "x", "stream": True, "instructions": instructions}
+            status, headers, body = call(gw, ask, "/v1/responses")
+            assert status == 200 and headers["x-tiergate-tier"] == "nvfp4"
+            assert body == opening + RESPONSES_ANSWER
