@@ -227,6 +227,10 @@ class ProxyService:
                 upstream_options.pop("continuous_usage_stats", None)
                 exchange.upstream_request = {**request, "stream_options": upstream_options}
                 exchange.strip_usage = True
+        if kind == "responses":
+            # Nobody could fetch a stored response through the gateway (the next request may
+            # go to another engine), and vLLM, when its store is on, never frees one.
+            exchange.upstream_request = {**request, "store": False}
         # The replay and the shadow judges read chat and completions answers only.
         listeners = () if kind == "responses" else self.listeners
         wanted = [

@@ -114,6 +114,8 @@ class Admission:
         cap = tenant.settings.limits.max_tokens
         field, asked = completion_budget(kind, request)
         if cap is not None:
+            if kind == "responses":
+                _refuse_builtin_tools(request, cap)
             if asked is None or (asked > cap and request.get(field) is None):
                 # Unset: up to the context length (chat, responses) or vLLM's default
                 # (completions), whose field completion_budget names.
@@ -138,6 +140,22 @@ class Admission:
                 limiter.admit(estimate)
         self.inflight[tenant.name] = self.inflight.get(tenant.name, 0) + 1
         return Ticket(self, tenant.name, limiter, estimate, hold, charged=charged)
+
+
+def _refuse_builtin_tools(request: Mapping[str, Any], cap: int) -> None:
+    """Tools the engine runs itself (web search, code interpreter; vLLM's --tool-server) make
+    it loop over turns, each with a fresh max_output_tokens: a capped key could get the cap
+    once per turn."""
+    tools = request.get("tools") or ()
+    builtin = sorted({str(t.get("type")) for t in tools if isinstance(t, dict)} - {"function"})
+    if builtin:
+        raise InvalidRequestError(
+            f"Built-in tools ({', '.join(builtin)}) run several turns in the engine, each up "
+            f"to max_output_tokens; this key's output is capped at {cap} tokens, so only "
+            "function tools are accepted.",
+            param="tools",
+            code="max_tokens_exceeded",
+        )
 
 
 def _completions_asked(kind: EndpointKind, request: Mapping[str, Any]) -> int:

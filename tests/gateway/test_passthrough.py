@@ -500,3 +500,18 @@ def test_a_responses_stream_whose_opening_events_fill_the_read_buffer_is_served(
             status, headers, body = call(gw, ask, "/v1/responses")
             assert status == 200 and headers["x-tiergate-tier"] == "nvfp4"
             assert body == opening + RESPONSES_ANSWER
+
+
+def test_a_responses_request_reaches_the_engine_with_store_off(
+    upstream_pair: tuple[FakeUpstream, FakeUpstream, GatewayThread],
+) -> None:
+    """A response an engine stored could be fetched from that engine only, never through the
+    gateway, and vLLM never frees it: the gateway sends store false, the rest untouched."""
+    _, top, gw = upstream_pair
+    top.reply = Reply(body=b'{"id":"resp_1","object":"response","model":"served/top"}')
+    asked = {"model": MODEL, "input": "hi", "store": True, "metadata": {"k": "v"}}
+    reply = send("POST", f"{gw.url}/v1/responses", asked)
+    assert reply.status == 200
+    path, _ = top.received[-1]
+    assert path == "/v1/responses"
+    assert top.last_json() == {**asked, "model": "served/top", "store": False}

@@ -165,3 +165,21 @@ def test_a_tenant_cap_bounds_max_output_tokens(ladder: Ladder) -> None:
         assert caught.value.body["param"] == "max_output_tokens"
         unbounded = client.responses.create(model=MODEL, input="tell me a long story")
         assert unbounded.usage is not None and unbounded.usage.output_tokens == 5
+        # Built-in tools loop in the engine, a fresh max_output_tokens per turn: refused
+        # under a cap; function tools are the client's own turns and pass.
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.responses.create(
+                model=MODEL,
+                input="look it up",
+                tools=[{"type": "web_search_preview"}, TOOL],  # type: ignore[list-item]
+            )
+        assert isinstance(caught.value.body, dict)
+        assert caught.value.body["param"] == "tools"
+        assert "web_search_preview" in caught.value.body["message"]
+        called = client.responses.create(
+            model=MODEL,
+            input="look it up",
+            tools=[TOOL],
+            tool_choice="required",  # type: ignore[list-item]
+        )
+        assert called.output  # served (its 5-token call is cut to text by the cap)
