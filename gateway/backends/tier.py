@@ -90,6 +90,8 @@ class TierBackend:
     resilience: ResilienceSettings = field(default_factory=ResilienceSettings, repr=False)
     connect_timeout_s: float = 3.0
     _waiters: deque[asyncio.Future[EndpointState]] = field(default_factory=deque)
+    # The tier that replaced this one in a reload (`take_queue`): it hands out the slots.
+    successor: TierBackend | None = field(default=None, repr=False)
 
     def adopt_endpoints(self) -> None:
         """Makes this tier's settings those of its endpoints, kept ones from the previous
@@ -174,9 +176,15 @@ class TierBackend:
         slots their endpoints free wake this tier's queue now, so theirs would never be
         woken again. One deque for both, so a wait that ends leaves it either way."""
         self._waiters = replaced._waiters
+        replaced.successor = self
 
     def slot_freed(self) -> None:
         """A request on this tier finished: hand its slot to the first waiter, if any."""
+        if self.successor is not None:
+            # Replaced: its queue is the successor's now, and so are the endpoints a waiter may
+            # be handed (one the reload removed must not serve a request queued since).
+            self.successor.slot_freed()
+            return
         while self._waiters:
             state = self.pick()
             if state is None:

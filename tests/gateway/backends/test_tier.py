@@ -96,3 +96,31 @@ def test_a_request_queues_on_a_tier_that_can_free_a_slot() -> None:
     assert queue_tier([cheap, top]) is top
     top.endpoints[0].healthy = cheap.endpoints[0].healthy = False
     assert queue_tier([cheap, top]) is None
+
+
+def test_a_slot_freed_on_an_endpoint_a_reload_removed_is_not_handed_to_the_queue() -> None:
+    """The reloaded tier takes over the queue of the tier it replaces; an endpoint the reload
+    removed still ends the requests it had. Its freed slot must not send a request queued
+    after the reload to that endpoint, which is no longer in the configuration."""
+    from gateway.backends.tier import endpoints_by_url
+
+    async def main() -> None:
+        old = build_tiers(one_slot_tier_settings())
+        data = one_slot_tier_settings().model_dump(mode="json")
+        data["tiers"][0]["endpoints"] = ["http://127.0.0.1:11/v1"]
+        new = build_tiers(parse_settings(data), endpoints_by_url(old))
+        for tier, replaced in zip(new, old, strict=True):
+            tier.adopt_endpoints()
+            tier.take_queue(replaced)
+        removed, current = old[0].endpoints[0], new[0].endpoints[0]
+        removed.inflight = current.inflight = 1
+        waiting = asyncio.ensure_future(new[0].wait_for_slot(0.2))
+        await asyncio.sleep(0.01)
+        removed.inflight = 0
+        removed.slot_freed()  # a request from before the reload ends
+        await asyncio.sleep(0.01)
+        current.inflight = 0
+        current.slot_freed()
+        assert await waiting is current
+
+    asyncio.run(main())
