@@ -114,9 +114,15 @@ class SSEBuffer:
 
 
 # A Responses stream's own event types (`"type":"response.<what>"`; no object inside an
-# event has a type of that form). vLLM sends the opening two before the engine has even
-# scheduled the request, so they say nothing about when the answer starts.
-_RESPONSES_EVENT_TYPE: Final = re.compile(rb'"type":\s*"response\.([a-z_.]+)"')
+# event has a type of that form), or its `event: response.<what>` line: vLLM writes the
+# type last in the data, after an echo of the request's tools and instructions, so an
+# opening event that came in pieces is known by its first line alone. vLLM sends the
+# opening two before the engine has even scheduled the request, so they say nothing about
+# when the answer starts.
+_RESPONSES_EVENT_TYPE: Final = re.compile(
+    rb'"type":\s*"response\.([a-z_.]+)"|^event:[ \t]*response\.([a-z_.]+)(?=[ \t]*[\r\n])',
+    re.MULTILINE,
+)
 _OPENING_EVENTS: Final = frozenset((b"created", b"in_progress"))
 
 
@@ -125,7 +131,7 @@ def only_opening_events(kind: EndpointKind, events: bytes) -> bool:
     `response.in_progress`): no output, or anything else, has come yet."""
     if kind != "responses":
         return False
-    types = _RESPONSES_EVENT_TYPE.findall(events)
+    types = [data or line for data, line in _RESPONSES_EVENT_TYPE.findall(events)]
     return bool(types) and _OPENING_EVENTS.issuperset(types)
 
 

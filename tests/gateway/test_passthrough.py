@@ -502,6 +502,36 @@ def test_a_responses_stream_whose_opening_events_fill_the_read_buffer_is_served(
             assert body == opening + RESPONSES_ANSWER
 
 
+def test_a_responses_opening_event_that_arrives_in_pieces_is_still_waited_past() -> None:
+    """vLLM writes an event's type last (`{"response":{...},"sequence_number":0,"type":...}`),
+    and response.created echoes the request's tools and instructions, so it may arrive in
+    several reads: its first piece, with no type yet, was taken for the first event, and a
+    stalled engine was waited on (2 s here) instead of failed over within first_byte_s."""
+    echo = '{"response":{"id":"r","object":"response","instructions":"%s"},"sequence_number":%d,"type":"%s"}'
+    created = b"event: response.created\ndata: %s\n\n" % (
+        echo % ("y" * 1000, 0, "response.created")
+    ).encode()
+    in_progress = b"event: response.in_progress\ndata: %s\n\n" % (
+        echo % ("y" * 1000, 1, "response.in_progress")
+    ).encode()
+    with FakeUpstream() as cheap, FakeUpstream() as top:
+        kind = b"text/event-stream"
+        cheap.reply = Reply(
+            pieces=[created[:500], created[500:] + in_progress, RESPONSES_ANSWER],
+            piece_interval_s=1.0,
+            content_type=kind,
+        )
+        top.reply = Reply(pieces=[RESPONSES_OPENING + RESPONSES_ANSWER], content_type=kind)
+        settings = two_tiers(cheap, top, first_byte_s=1.5, total_s=10.0)
+        with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
+            started = time.monotonic()
+            ask = {"model": MODEL, "input": "x", "stream": True}
+            status, headers, body = call(gw, ask, "/v1/responses")
+            assert status == 200 and headers["x-tiergate-tier"] == "bf16"
+            assert body == RESPONSES_OPENING + RESPONSES_ANSWER
+            assert time.monotonic() - started < 1.9
+
+
 def test_a_responses_request_reaches_the_engine_with_store_off(
     upstream_pair: tuple[FakeUpstream, FakeUpstream, GatewayThread],
 ) -> None:
