@@ -216,6 +216,9 @@ class LiveObserver:
         self.processed = 0
         self._queue: asyncio.Queue[Sample] | None = None
         self._states: dict[str, _TierState] = {}
+        # Kept across reloads: traffic does not change with the file, and a fresh estimate
+        # (0) would put the threshold back at sample_rate until it caught up (a few tau_s).
+        self._arrivals = ArrivalRate()
         # In-flight events, appended on the request path and replayed by a background task;
         # bounded, so a stalled task costs accuracy, never memory.
         self._events: deque[tuple[float, str, str, bool]] = deque(maxlen=200_000)
@@ -230,8 +233,7 @@ class LiveObserver:
         # The budget lowers the hash threshold (effective_rate) as traffic grows; the
         # bucket is only a hard cap for bursts the arrival rate has not caught up with.
         self._sample_budget = TokenBucket(cap, max(1.0, cap), self.clock)
-        self._arrivals = ArrivalRate()
-        self.effective_rate = self.rate
+        self.effective_rate = budget_rate(self.rate, self._arrivals.per_s, cap)
 
     # -- configuration ---------------------------------------------------------------------
     def configure(self, settings: Settings) -> None:

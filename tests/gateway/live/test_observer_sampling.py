@@ -122,3 +122,22 @@ def test_the_rate_of_a_sample_bounds_the_lru_replay(monkeypatch: pytest.MonkeyPa
     assert report["sample_rate"] == 0.25
     replay = live._states["bf16"].tracker._tiers["bf16"].lru
     assert replay.capacity_blocks == round(capacity * 0.25)
+
+
+def test_a_reload_keeps_the_arrival_rate_and_with_it_the_sampled_conversations() -> None:
+    """A reload (any edit of the file) re-reads the observer's settings: it reset the arrival
+    rate to 0 and the threshold to the full sample_rate, so at 1000 requests a second every
+    reload sampled other conversations, at random under the bucket, for tens of seconds."""
+    clock = Clock()
+    live = observer_with(clock, sample_rate=0.1, max_samples_per_s=20.0)
+    for step in range(30_000):  # 1000 requests a second: the rate settles
+        clock.now = step / 1000
+        live.wants_capture("default", 0, chat(step % 3000, step // 3000))
+    settled = live.effective_rate
+    assert settled * 1000 <= 20.0
+    live.configure(live.settings)  # a reload that changes nothing about the observer
+    assert live.effective_rate == settled
+    for step in range(30_000, 31_500):
+        clock.now = step / 1000
+        live.wants_capture("default", 0, chat(step % 3000, step // 3000))
+    assert live.effective_rate == settled
