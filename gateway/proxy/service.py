@@ -367,6 +367,11 @@ class ProxyService:
         if exchange.channel.disconnected:
             endpoint.slot_freed()  # its client left while it queued: the next waiter's
             return False
+        if not endpoint.usable:
+            # Ejected (or marked down) between the hand-over and now: sent anyway, its answer
+            # would close the circuit without a half-open trial. Any other endpoint will do.
+            endpoint.slot_freed()
+            return await self._try_tiers(exchange, plan, failures, current)
         return await self._try(exchange, tier, endpoint, failures, current)
 
     async def _try(

@@ -453,6 +453,41 @@ def test_a_request_whose_tier_has_no_usable_endpoint_queues_where_a_slot_can_fre
         assert holder.result()[0] == 200
 
 
+def test_a_slot_whose_endpoint_is_ejected_before_the_waiter_runs_is_not_used(
+    fault_ladder: Ladder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The queue hands bf16's slot over, and in that loop turn the endpoint's circuit opens.
+    Sent anyway, the request's success closed the circuit without a half-open trial (and
+    the endpoint ran past its one slot): the waiter gives the slot back and, with no other
+    endpoint, gets the queue's 429."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gateway.backends.circuit import CircuitState
+    from gateway.backends.tier import EndpointState, TierBackend
+
+    async def handed_then_ejected(self: TierBackend, timeout_s: float) -> EndpointState:
+        state = self.endpoints[0]
+        while state.circuit.state is not CircuitState.OPEN:
+            state.circuit.on_failure()  # another request's failures, in the same turn
+        return state
+
+    fault_ladder.sims[2].faults(added_latency_s=0.6)
+    with (
+        GatewayThread(one_slot_each(fault_ladder, 3.0), policy_factory=fixed_policy(2)) as gw,
+        ThreadPoolExecutor(1) as pool,
+    ):
+        bf16 = gw.app.runtime.tiers[2].endpoints[0]
+        holder = pool.submit(chat, gw)  # bf16's only slot, for 0.6 s
+        time.sleep(0.2)
+        before = fault_ladder.sims[2].stats()["requests"]
+        monkeypatch.setattr(TierBackend, "wait_for_slot", handed_then_ejected)
+        status, _, _ = chat(gw)
+        assert status == 429  # nothing else could serve it
+        assert bf16.circuit.state is CircuitState.OPEN  # no success closed it
+        assert fault_ladder.sims[2].stats()["requests"] == before  # and nothing was sent
+        assert holder.result()[0] == 200
+
+
 def test_a_client_that_leaves_while_queued_is_never_sent_upstream(fault_ladder: Ladder) -> None:
     """A JSON request waiting in a full tier's queue whose client leaves: when the slot
     frees, it is not sent (it was, and held the engine and the tenant's slot for nobody)."""
