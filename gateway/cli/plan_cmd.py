@@ -471,6 +471,12 @@ def plan(
                 q_min=q_min,
                 reselect=reselect_precision,
             )
+            if not tiers:
+                # An empty plan written over an earlier overlay would drop what it planned.
+                raise _fail(
+                    f"{from_gateway}: no tier could be planned yet (see the notes above); "
+                    "send traffic through the gateway first. Nothing was written."
+                )
         else:
             if regime is not None:
                 reg, source = parse_regime(regime), "given"

@@ -264,6 +264,34 @@ def test_plan_from_gateway_errors(admin_server: str) -> None:
     assert unreachable.exit_code == 2 and "cannot reach" in unreachable.output
 
 
+def test_plan_from_gateway_that_measured_nothing_writes_nothing(
+    admin_server: str, tmp_path: Path
+) -> None:
+    """A gateway with no sampled request yet (just started, or reloaded) plans no tier: the
+    command used to exit 0 and write an overlay with `tiers: {}` over the earlier one."""
+    _Admin.body = {
+        "tiers": {
+            "cheap": {
+                "precision": "nvfp4",
+                "concurrency": {"mean": 0.01},
+                "rho": {"unbounded": None, "lru": None, "engine": None, "sampled_tokens": 0},
+                "r": {"r_iid": None, "r_engine": None, "rounds": 0},
+            }
+        }
+    }
+    overlay = tmp_path / "h200" / "overlay.yaml"
+    overlay.parent.mkdir()
+    overlay.write_text("earlier plan\n")
+    result = runner.invoke(
+        app,
+        ["plan", "--from-gateway", admin_server, "--write", str(overlay.parent)],
+        env={"TIERGATE_ADMIN_TOKEN": "s3cret"},
+    )
+    assert result.exit_code == 2, result.output
+    assert "no tier could be planned yet" in result.stderr
+    assert overlay.read_text() == "earlier plan\n"
+
+
 def test_plan_from_trace(shared_data: Path) -> None:
     trace = shared_data / "traces" / "mooncake_conversation_trace.jsonl"
     doc = _json(["plan", "--trace", str(trace), "--json"])
