@@ -37,7 +37,13 @@ from gateway.api import admin, routes
 from gateway.api.openai import GenerationHandler
 from gateway.backends.health import HealthChecker
 from gateway.backends.tier import TierBackend, build_tiers, endpoints_by_url
-from gateway.config import ConfigError, Settings, load_settings, resolve_secret
+from gateway.config import (
+    ConfigError,
+    Settings,
+    load_settings,
+    resolve_metrics_token,
+    resolve_secret,
+)
 from gateway.errors import InvalidRequestError, MethodNotAllowedError, NotFoundError
 from gateway.live.observer import LiveObserver
 from gateway.metrics import BackendCollector, GatewayMetrics, RoutingCollector, WorkerLoad
@@ -179,8 +185,7 @@ class Gateway:
             for path, kind in _GENERATION_ROUTES
         }
         admin_token = resolve_secret(settings.admin.token, settings.admin.token_env, self.environ)
-        metrics = settings.metrics
-        metrics_token = resolve_secret(metrics.token, metrics.token_env, self.environ)
+        metrics_token = resolve_metrics_token(settings.metrics, self.environ)
         # Last: it may create a file, so nothing that can still fail comes after it.
         label_log = self.shadow.label_log_for(settings)
         return GatewayRuntime(
@@ -535,6 +540,7 @@ def check_settings(
     env = dict(os.environ) if environ is None else environ
     TenantRegistry(settings, env)
     build_tiers(settings, environ=env)  # the tiers' keys and TLS files
+    resolve_metrics_token(settings.metrics, env)
     policy_factory(settings)
     _redis_client(settings, env)
     if settings.shadow.label_log is not None:

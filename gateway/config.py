@@ -10,7 +10,7 @@ import os
 from collections.abc import Mapping
 from itertools import pairwise
 from pathlib import Path
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Final, Self
 from urllib.parse import urlsplit
 
 import yaml
@@ -278,13 +278,16 @@ class AdminSettings(Section):
     token_env: str | None = "TIERGATE_ADMIN_TOKEN"
 
 
+DEFAULT_METRICS_TOKEN_ENV: Final = "TIERGATE_METRICS_TOKEN"
+
+
 class MetricsSettings(Section):
     """Who may read /metrics. Without a token anyone who reaches the port can (tenant and tier
     names, endpoint URLs, cost figures): keep the path inside the cluster, or set a token and
     give it to the scraper (Prometheus `authorization: credentials`)."""
 
     token: str | None = None
-    token_env: str | None = "TIERGATE_METRICS_TOKEN"
+    token_env: str | None = DEFAULT_METRICS_TOKEN_ENV
 
 
 class RouterSettings(Section):
@@ -402,6 +405,23 @@ def _check_header_value(value: str, what: str) -> None:
     # `Bearer <key>` form.
     if not value or not all("!" <= char <= "~" for char in value):
         raise ValueError(f"{what} must be non-empty printable ASCII without spaces")
+
+
+def resolve_metrics_token(metrics: MetricsSettings, environ: Mapping[str, str]) -> str:
+    """The bearer token /metrics asks for ('' leaves it open). A `token_env` other than the
+    default must be set: unset, /metrics would be open to anyone while the file asked for a
+    token (the default name, unset, leaves it open, as documented)."""
+    if metrics.token:
+        return metrics.token
+    if metrics.token_env is None:
+        return ""
+    token = environ.get(metrics.token_env)
+    if token is None and metrics.token_env != DEFAULT_METRICS_TOKEN_ENV:
+        raise ConfigError(
+            f"metrics.token_env names ${metrics.token_env}, which is not set: /metrics would "
+            "be open to anyone (set it, or drop token_env to leave /metrics open)"
+        )
+    return token or ""
 
 
 def tier_api_key(tier: TierSettings, environ: Mapping[str, str] | None = None) -> str | None:

@@ -179,6 +179,26 @@ def test_metrics_token_guards_the_exposition(ladder: Ladder) -> None:
         assert send("GET", f"{gw.url}/metrics", key=None).status == 200
 
 
+def test_a_metrics_token_env_named_but_unset_is_refused(ladder: Ladder) -> None:
+    """The file asks for a token from a variable nobody exported: /metrics would be open
+    to anyone. Refused as an unset tier key is; the default name, unset, leaves it open."""
+    from gateway.app import check_settings
+    from gateway.config import ConfigError
+    from gateway.routing.factory import build_policy
+
+    named = settings(ladder).model_copy(
+        update={"metrics": MetricsSettings(token_env="SCRAPE_TOKEN")}
+    )
+    with pytest.raises(ConfigError, match=r"SCRAPE_TOKEN, which is not set"):
+        check_settings(named, build_policy, environ={})
+    check_settings(named, build_policy, environ={"SCRAPE_TOKEN": "t"})
+    check_settings(settings(ladder), build_policy, environ={})  # the default: open
+    with GatewayThread(settings(ladder)) as gw:
+        with pytest.raises(ConfigError):
+            gw.app.reload(named)  # and a reload to it keeps the running configuration
+        assert send("GET", f"{gw.url}/metrics", key=None).status == 200
+
+
 def test_keys_never_reach_metrics(gw: GatewayThread) -> None:
     with urllib.request.urlopen(f"{gw.url}/metrics", timeout=10) as response:
         text = response.read().decode()
