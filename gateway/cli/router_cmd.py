@@ -178,8 +178,9 @@ def train(
         for tier, count in zip(labels.tiers, model.calibration.n_labelled_, strict=False):
             if count < 2:
                 typer.echo(
-                    f"note: tier {tier} has {count} label(s); it gets the next cheaper tier's "
-                    "probabilities (a lower bound), or 0 when it is the cheapest",
+                    f"note: tier {tier} has {count} label(s) in the calibration split; it "
+                    "gets the next cheaper tier's probabilities (a lower bound), or 0 when it "
+                    "is the cheapest",
                     err=True,
                 )
         data_facts = [_data_facts("calibration" if scorer_labels else "training", labels)]

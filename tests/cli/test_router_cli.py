@@ -388,7 +388,7 @@ def test_train_on_shadow_log_lines(data_file: Path, tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.stderr
     assert "skipped 60 row(s)" in result.stderr
-    assert "tier w4a16 has 0 label(s)" in result.stderr
+    assert "tier w4a16 has 0 label(s) in the calibration split" in result.stderr
     model = RouterModel.load(out)
     assert model.calibration.n_labelled_[0] > 100 and model.calibration.n_labelled_[1] == 0
     bodies = [
