@@ -508,12 +508,14 @@ def test_a_responses_opening_event_that_arrives_in_pieces_is_still_waited_past()
     several reads: its first piece, with no type yet, was taken for the first event, and a
     stalled engine was waited on (2 s here) instead of failed over within first_byte_s."""
     echo = '{"response":{"id":"r","object":"response","instructions":"%s"},"sequence_number":%d,"type":"%s"}'
-    created = b"event: response.created\ndata: %s\n\n" % (
-        echo % ("y" * 1000, 0, "response.created")
-    ).encode()
-    in_progress = b"event: response.in_progress\ndata: %s\n\n" % (
-        echo % ("y" * 1000, 1, "response.in_progress")
-    ).encode()
+    created = (
+        b"event: response.created\ndata: %s\n\n"
+        % (echo % ("y" * 1000, 0, "response.created")).encode()
+    )
+    in_progress = (
+        b"event: response.in_progress\ndata: %s\n\n"
+        % (echo % ("y" * 1000, 1, "response.in_progress")).encode()
+    )
     with FakeUpstream() as cheap, FakeUpstream() as top:
         kind = b"text/event-stream"
         cheap.reply = Reply(
