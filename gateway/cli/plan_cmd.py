@@ -329,20 +329,24 @@ def _write_overlay(
     from gateway.planner.vllm_args import serve_command
 
     directory.mkdir(parents=True, exist_ok=True)
+    planned = {
+        name: {
+            "precision": doc["precision"],
+            "speculative": doc["speculative"],
+            "prefix_caching": doc["prefix_caching"],
+            "vllm_args": doc["vllm_args"],
+            "command": serve_command(doc["vllm_args"]),
+        }
+        for name, doc in tiers.items()
+    }
+    kept = _unplanned_tiers(directory / "overlay.yaml", settings, planned)
+    for name in kept:
+        typer.echo(f"kept tier {name} from the earlier overlay (not planned now)", err=True)
     overlay = {
         # What the plan assumed: an overlay planned for one GPU is wrong on another.
         "hardware": settings.hardware.name,
         "model": settings.model.name,
-        "tiers": {
-            name: {
-                "precision": doc["precision"],
-                "speculative": doc["speculative"],
-                "prefix_caching": doc["prefix_caching"],
-                "vllm_args": doc["vllm_args"],
-                "command": serve_command(doc["vllm_args"]),
-            }
-            for name, doc in tiers.items()
-        },
+        "tiers": {**planned, **kept},
     }
     written = [directory / "overlay.yaml"]
     header = "# Written by `tiergate plan --write`: recommended `vllm serve` args per tier.\n"
@@ -352,6 +356,27 @@ def _write_overlay(
         path.write_text(json.dumps(doc["vllm_args"], indent=1) + "\n", encoding="utf-8")
         written.append(path)
     return written
+
+
+def _unplanned_tiers(path: Path, settings: Settings, planned: dict[str, Any]) -> dict[str, Any]:
+    """The tiers of an earlier overlay (same hardware and model) that this plan does not
+    cover, such as those a gateway has not sampled yet: a partial plan would drop them, and
+    leave their args files behind, out of step with the overlay."""
+    import yaml
+
+    try:
+        earlier = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return {}
+    if not isinstance(earlier, dict) or (earlier.get("hardware"), earlier.get("model")) != (
+        settings.hardware.name,
+        settings.model.name,
+    ):
+        return {}
+    tiers = earlier.get("tiers")
+    if not isinstance(tiers, dict):
+        return {}
+    return {name: tier for name, tier in tiers.items() if name not in planned}
 
 
 def _write_and_report(

@@ -470,3 +470,39 @@ def test_plan_from_gateway_takes_c_as_the_live_planner_does(
     assert doc["tiers"]["replicated"]["regime"]["concurrency"] == 10.0
     assert doc["tiers"]["replicated"]["regime"]["l_out"] is None
     assert doc["tiers"]["odd_count"]["regime"]["concurrency"] == 40.0
+
+
+def test_a_partial_plan_keeps_the_earlier_overlays_other_tiers(
+    admin_server: str, tmp_path: Path
+) -> None:
+    """A gateway that has sampled only some tiers (just reloaded, or traffic that all went
+    to the cheap ones) plans only those: the rewrite dropped the others from the overlay
+    and left their args files behind."""
+    cheap = {
+        "precision": "nvfp4",
+        "concurrency": {"mean": 256.0},
+        "rho": {"unbounded": 0.9, "lru": 0.7},
+        "r": {"r_iid": 0.30},
+    }
+    strong = {
+        "precision": "bf16",
+        "concurrency": {"mean": 32.0},
+        "rho": {"unbounded": 0.5, "lru": 0.4},
+        "r": {"r_iid": 0.05},
+    }
+    unsampled = {"precision": "bf16", "concurrency": {"mean": 0.01}, "rho": {}, "r": {}}
+    command = ["plan", "--from-gateway", admin_server, "--write", str(tmp_path)]
+    env = {"TIERGATE_ADMIN_TOKEN": "s3cret"}
+    _Admin.body = {"tiers": {"cheap": cheap, "strong": strong}}
+    assert runner.invoke(app, command, env=env).exit_code == 0
+    first = yaml.safe_load((tmp_path / "overlay.yaml").read_text())
+    _Admin.body = {"tiers": {"cheap": {**cheap, "rho": {"unbounded": 0.1, "lru": 0.1}}}}
+    _Admin.body["tiers"]["strong"] = unsampled
+    result = runner.invoke(app, command, env=env)
+    assert result.exit_code == 0, result.output
+    assert "kept tier strong from the earlier overlay" in result.stderr
+    second = yaml.safe_load((tmp_path / "overlay.yaml").read_text())
+    assert second["tiers"]["strong"] == first["tiers"]["strong"]
+    assert set(second["tiers"]) == {"cheap", "strong"}
+    written = json.loads((tmp_path / "strong.args.json").read_text())
+    assert written == second["tiers"]["strong"]["vllm_args"]
