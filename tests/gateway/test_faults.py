@@ -535,25 +535,17 @@ def test_a_slot_freed_by_a_request_from_before_a_reload_wakes_the_queue(
     """A reload builds new tiers; a request that started before it frees its slot on the
     endpoint, whose queue is now the new tier's (it woke the old tier's, where nobody waits,
     and the queued request waited out queue_timeout_s for a 429)."""
-    data = settings(
-        fault_ladder, resilience={"queue_timeout_s": 4.0, "health_interval_s": 60}
-    ).model_dump(mode="json")
-    data["tenants"][0]["api_keys"] = [API_KEY]
-    for tier in data["tiers"]:
-        tier["max_inflight_per_endpoint"] = 1
     fault_ladder.sims[2].faults(added_latency_s=0.5)
     from concurrent.futures import ThreadPoolExecutor
 
-    from gateway.config import parse_settings
-
-    config = parse_settings(data)
+    config = one_slot_each(fault_ladder, 4.0)
     with (
         GatewayThread(config, policy_factory=fixed_policy(2)) as gw,
         ThreadPoolExecutor(1) as pool,
     ):
         first = pool.submit(chat, gw)
         time.sleep(0.2)  # the first request holds the only slot
-        gw.loop.call_soon_threadsafe(gw.app.reload, parse_settings(data))
+        gw.loop.call_soon_threadsafe(gw.app.reload, one_slot_each(fault_ladder, 4.0))
         time.sleep(0.05)
         status, headers, _ = chat(gw)  # queues on the reloaded tier
         assert first.result()[0] == 200
@@ -566,18 +558,10 @@ def test_a_request_queued_before_a_reload_is_woken_by_the_slot_freed_after_it(
     """A request queued on a tier that a reload replaces: the slot freed after the reload
     wakes the new tier's queue, where it now waits (it stayed on the old one, which nothing
     wakes any more, and waited out queue_timeout_s for a 429 beside a free slot)."""
-    data = settings(
-        fault_ladder, resilience={"queue_timeout_s": 4.0, "health_interval_s": 60}
-    ).model_dump(mode="json")
-    data["tenants"][0]["api_keys"] = [API_KEY]
-    for tier in data["tiers"]:
-        tier["max_inflight_per_endpoint"] = 1
     fault_ladder.sims[2].faults(added_latency_s=0.6)
     from concurrent.futures import ThreadPoolExecutor
 
-    from gateway.config import parse_settings
-
-    config = parse_settings(data)
+    config = one_slot_each(fault_ladder, 4.0)
     with (
         GatewayThread(config, policy_factory=fixed_policy(2)) as gw,
         ThreadPoolExecutor(2) as pool,
@@ -588,7 +572,7 @@ def test_a_request_queued_before_a_reload_is_woken_by_the_slot_freed_after_it(
         queued = pool.submit(chat, gw)  # queues on the running tier
         time.sleep(0.1)
         assert gw.loop is not None
-        gw.loop.call_soon_threadsafe(gw.app.reload, parse_settings(data))
+        gw.loop.call_soon_threadsafe(gw.app.reload, one_slot_each(fault_ladder, 4.0))
         assert first.result()[0] == 200
         status, headers, _ = queued.result()
         assert status == 200 and headers["x-tiergate-tier"] == "bf16"

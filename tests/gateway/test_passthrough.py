@@ -436,26 +436,35 @@ RESPONSES_ANSWER = _responses_event(
 )
 
 
+def stalled_responses_stream(
+    pieces: list[bytes], interval_s: float, first_byte_s: float, **ask: Any
+) -> tuple[int, dict[str, str], bytes, float]:
+    """A Responses stream whose cheap tier sends `pieces` `interval_s` apart, the top tier
+    the whole answer at once: status, headers, body and seconds of the answer."""
+    with FakeUpstream() as cheap, FakeUpstream() as top:
+        kind = b"text/event-stream"
+        cheap.reply = Reply(pieces=pieces, piece_interval_s=interval_s, content_type=kind)
+        top.reply = Reply(pieces=[RESPONSES_OPENING + RESPONSES_ANSWER], content_type=kind)
+        settings = two_tiers(cheap, top, first_byte_s=first_byte_s, total_s=10.0)
+        with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
+            started = time.monotonic()
+            body = {"model": MODEL, "input": "x", "stream": True, **ask}
+            status, headers, relayed = call(gw, body, "/v1/responses")
+            return status, headers, relayed, time.monotonic() - started
+
+
 def test_a_responses_stream_silent_after_its_opening_events_fails_over_within_first_byte_s() -> (
     None
 ):
     """vLLM sends response.created and response.in_progress before its engine schedules the
     request: a stalled engine sent those, then nothing, and the attempt counted them as the
     first event: the client waited on the stalled tier (2 s here), with no failover."""
-    with FakeUpstream() as cheap, FakeUpstream() as top:
-        kind = b"text/event-stream"
-        cheap.reply = Reply(
-            pieces=[RESPONSES_OPENING, RESPONSES_ANSWER], piece_interval_s=2.0, content_type=kind
-        )
-        top.reply = Reply(pieces=[RESPONSES_OPENING + RESPONSES_ANSWER], content_type=kind)
-        settings = two_tiers(cheap, top, first_byte_s=0.5, total_s=10.0)
-        with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
-            started = time.monotonic()
-            ask = {"model": MODEL, "input": "x", "stream": True}
-            status, headers, body = call(gw, ask, "/v1/responses")
-            assert status == 200 and headers["x-tiergate-tier"] == "bf16"
-            assert body == RESPONSES_OPENING + RESPONSES_ANSWER
-            assert time.monotonic() - started < 1.8
+    status, headers, body, seconds = stalled_responses_stream(
+        [RESPONSES_OPENING, RESPONSES_ANSWER], 2.0, first_byte_s=0.5
+    )
+    assert status == 200 and headers["x-tiergate-tier"] == "bf16"
+    assert body == RESPONSES_OPENING + RESPONSES_ANSWER
+    assert seconds < 1.8
 
 
 def test_a_responses_streams_time_to_first_token_is_not_its_opening_events() -> None:
@@ -488,18 +497,11 @@ def test_a_responses_stream_whose_opening_events_fill_the_read_buffer_is_served(
     opening = _responses_event("response.created", echo) + _responses_event(
         "response.in_progress", echo
     )
-    with FakeUpstream() as cheap, FakeUpstream() as top:
-        kind = b"text/event-stream"
-        cheap.reply = Reply(
-            pieces=[opening, RESPONSES_ANSWER], piece_interval_s=0.2, content_type=kind
-        )
-        top.reply = Reply(pieces=[RESPONSES_OPENING + RESPONSES_ANSWER], content_type=kind)
-        settings = two_tiers(cheap, top, first_byte_s=1.5, total_s=10.0)
-        with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
-            ask = {"model": MODEL, "input": "x", "stream": True, "instructions": instructions}
-            status, headers, body = call(gw, ask, "/v1/responses")
-            assert status == 200 and headers["x-tiergate-tier"] == "nvfp4"
-            assert body == opening + RESPONSES_ANSWER
+    status, headers, body, _ = stalled_responses_stream(
+        [opening, RESPONSES_ANSWER], 0.2, first_byte_s=1.5, instructions=instructions
+    )
+    assert status == 200 and headers["x-tiergate-tier"] == "nvfp4"
+    assert body == opening + RESPONSES_ANSWER
 
 
 def test_a_responses_opening_event_that_arrives_in_pieces_is_still_waited_past() -> None:
@@ -516,22 +518,12 @@ def test_a_responses_opening_event_that_arrives_in_pieces_is_still_waited_past()
         b"event: response.in_progress\ndata: %s\n\n"
         % (echo % ("y" * 1000, 1, "response.in_progress")).encode()
     )
-    with FakeUpstream() as cheap, FakeUpstream() as top:
-        kind = b"text/event-stream"
-        cheap.reply = Reply(
-            pieces=[created[:500], created[500:] + in_progress, RESPONSES_ANSWER],
-            piece_interval_s=1.0,
-            content_type=kind,
-        )
-        top.reply = Reply(pieces=[RESPONSES_OPENING + RESPONSES_ANSWER], content_type=kind)
-        settings = two_tiers(cheap, top, first_byte_s=1.5, total_s=10.0)
-        with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
-            started = time.monotonic()
-            ask = {"model": MODEL, "input": "x", "stream": True}
-            status, headers, body = call(gw, ask, "/v1/responses")
-            assert status == 200 and headers["x-tiergate-tier"] == "bf16"
-            assert body == RESPONSES_OPENING + RESPONSES_ANSWER
-            assert time.monotonic() - started < 1.9
+    status, headers, body, seconds = stalled_responses_stream(
+        [created[:500], created[500:] + in_progress, RESPONSES_ANSWER], 1.0, first_byte_s=1.5
+    )
+    assert status == 200 and headers["x-tiergate-tier"] == "bf16"
+    assert body == RESPONSES_OPENING + RESPONSES_ANSWER
+    assert seconds < 1.9
 
 
 def test_a_responses_request_reaches_the_engine_with_store_off(

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from gateway.config import Settings, parse_settings
 from tests.helpers import API_KEY, MODEL, GatewayProcess, Ladder, send, write_settings
 
 ADMIN = "reload-admin-token"
@@ -37,6 +38,26 @@ def config(ladder: Ladder, path: Path, keys: list[str]) -> Path:
     from gateway.config import parse_settings
 
     return write_settings(path, parse_settings(data))
+
+
+def unreachable_tiers(top_port: int, **sections: Any) -> Settings:
+    """Tier a on 127.0.0.1:9 and tier b on `top_port` (nothing listens on either), one
+    tenant, and the given configuration sections: for reloads that never send a request."""
+    return parse_settings(
+        {
+            "model": MODEL,
+            "tiers": [
+                {"name": "a", "precision": "nvfp4", "endpoints": ["http://127.0.0.1:9/v1"]},
+                {
+                    "name": "b",
+                    "precision": "bf16",
+                    "endpoints": [f"http://127.0.0.1:{top_port}/v1"],
+                },
+            ],
+            "tenants": [{"name": "t", "api_keys": [API_KEY]}],
+            **sections,
+        }
+    )
 
 
 def test_reload_by_admin_sighup_and_file_watch(ladder: Ladder, tmp_path: Path) -> None:
@@ -161,20 +182,10 @@ def test_a_reload_that_changes_the_limit_store_is_refused() -> None:
     moves it is refused whole (it was accepted, shown by /admin/config, and not applied),
     while the request timeout a reload changes reaches the limiters built from then on."""
     from gateway.app import build_app
-    from gateway.config import ConfigError, parse_settings
+    from gateway.config import ConfigError
 
     def settings(**extra: Any) -> Any:
-        return parse_settings(
-            {
-                "model": MODEL,
-                "tiers": [
-                    {"name": "a", "precision": "nvfp4", "endpoints": ["http://127.0.0.1:9/v1"]},
-                    {"name": "b", "precision": "bf16", "endpoints": ["http://127.0.0.1:9/v1"]},
-                ],
-                "tenants": [{"name": "t", "api_keys": [API_KEY]}],
-                **extra,
-            }
-        )
+        return unreachable_tiers(9, **extra)
 
     app = build_app(settings(), environ={})
     running = app.runtime
@@ -194,24 +205,9 @@ def test_an_unchanged_endpoint_keeps_its_health_and_circuit_across_a_reload() ->
     """A failing engine is not given a clean slate by an unrelated edit: the endpoint's
     state (pool, health, circuit) carries over; a changed endpoint starts afresh."""
     from gateway.app import build_app
-    from gateway.config import parse_settings
 
     def settings(top_port: int, total_s: float) -> Any:
-        return parse_settings(
-            {
-                "model": MODEL,
-                "tiers": [
-                    {"name": "a", "precision": "nvfp4", "endpoints": ["http://127.0.0.1:9/v1"]},
-                    {
-                        "name": "b",
-                        "precision": "bf16",
-                        "endpoints": [f"http://127.0.0.1:{top_port}/v1"],
-                    },
-                ],
-                "tenants": [{"name": "t", "api_keys": [API_KEY]}],
-                "timeouts": {"total_s": total_s},
-            }
-        )
+        return unreachable_tiers(top_port, timeouts={"total_s": total_s})
 
     app = build_app(settings(10, 900), environ={})
     kept, moved = (tier.endpoints[0] for tier in app.runtime.tiers)
@@ -228,25 +224,14 @@ def test_a_reload_applies_its_resilience_and_connect_timeout_to_kept_endpoints()
     """An unchanged endpoint keeps its circuit's state, not the old thresholds: a reload that
     lowers failure_threshold (or changes the ejection times or connect_s) applies to it."""
     from gateway.app import build_app
-    from gateway.config import parse_settings
 
     def settings(threshold: int, ejection_s: float, connect_s: float) -> Any:
-        return parse_settings(
-            {
-                "model": MODEL,
-                "tiers": [
-                    {"name": "a", "precision": "nvfp4", "endpoints": ["http://127.0.0.1:9/v1"]},
-                    {"name": "b", "precision": "bf16", "endpoints": ["http://127.0.0.1:10/v1"]},
-                ],
-                "tenants": [{"name": "t", "api_keys": [API_KEY]}],
-                "timeouts": {"connect_s": connect_s},
-                "resilience": {
-                    "failure_threshold": threshold,
-                    "base_ejection_s": ejection_s,
-                    "max_ejection_s": 10 * ejection_s,
-                },
-            }
-        )
+        resilience = {
+            "failure_threshold": threshold,
+            "base_ejection_s": ejection_s,
+            "max_ejection_s": 10 * ejection_s,
+        }
+        return unreachable_tiers(10, timeouts={"connect_s": connect_s}, resilience=resilience)
 
     app = build_app(settings(5, 5.0, 3.0), environ={})
     kept = app.runtime.tiers[0].endpoints[0]
@@ -265,20 +250,9 @@ def test_a_reload_applies_its_resilience_and_connect_timeout_to_kept_endpoints()
 
 def test_a_reload_applies_its_health_interval() -> None:
     from gateway.app import build_app
-    from gateway.config import parse_settings
 
     def settings(interval_s: float) -> Any:
-        return parse_settings(
-            {
-                "model": MODEL,
-                "tiers": [
-                    {"name": "a", "precision": "nvfp4", "endpoints": ["http://127.0.0.1:9/v1"]},
-                    {"name": "b", "precision": "bf16", "endpoints": ["http://127.0.0.1:10/v1"]},
-                ],
-                "tenants": [{"name": "t", "api_keys": [API_KEY]}],
-                "resilience": {"health_interval_s": interval_s},
-            }
-        )
+        return unreachable_tiers(10, resilience={"health_interval_s": interval_s})
 
     app = build_app(settings(60.0), environ={})
     assert app.health.interval_s == 60.0
