@@ -33,6 +33,7 @@ from gateway.observer.regime import (
 from gateway.observer.sampling_key import (
     ArrivalRate,
     budget_rate,
+    held_rate,
     is_sampled,
     request_key_hash,
 )
@@ -219,6 +220,7 @@ class LiveObserver:
         # Kept across reloads: traffic does not change with the file, and a fresh estimate
         # (0) would put the threshold back at sample_rate until it caught up (a few tau_s).
         self._arrivals = ArrivalRate()
+        self.rate = self.effective_rate = -1.0  # set by _read_settings
         # In-flight events, appended on the request path and replayed by a background task;
         # bounded, so a stalled task costs accuracy, never memory.
         self._events: deque[tuple[float, str, str, bool]] = deque(maxlen=200_000)
@@ -228,12 +230,16 @@ class LiveObserver:
         self.settings = settings
         self.observer = settings.observer
         self.enabled = settings.observer.enabled
-        self.rate = settings.observer.sample_rate if self.enabled else 0.0
+        rate = settings.observer.sample_rate if self.enabled else 0.0
         cap = settings.observer.max_samples_per_s
         # The budget lowers the hash threshold (effective_rate) as traffic grows; the
         # bucket is only a hard cap for bursts the arrival rate has not caught up with.
         self._sample_budget = TokenBucket(cap, max(1.0, cap), self.clock)
-        self.effective_rate = budget_rate(self.rate, self._arrivals.per_s, cap)
+        if rate == self.rate:  # an edit that leaves the rate alone keeps the sampled set
+            self.effective_rate = held_rate(self.effective_rate, rate, self._arrivals.per_s, cap)
+        else:
+            self.effective_rate = budget_rate(rate, self._arrivals.per_s, cap)
+        self.rate = rate
 
     # -- configuration ---------------------------------------------------------------------
     def configure(self, settings: Settings) -> None:
@@ -291,7 +297,8 @@ class LiveObserver:
             return False
         if self._arrivals.arrived(self.clock()):
             cap = self.observer.max_samples_per_s
-            self.effective_rate = budget_rate(self.rate, self._arrivals.per_s, cap)
+            per_s = self._arrivals.per_s
+            self.effective_rate = held_rate(self.effective_rate, self.rate, per_s, cap)
         if not is_sampled(request_key_hash(request), self.effective_rate):
             return False
         return self._sample_budget.try_take(1.0) == 0.0

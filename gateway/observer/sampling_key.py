@@ -42,6 +42,7 @@ __all__ = [
     "ArrivalRate",
     "budget_rate",
     "hash_key",
+    "held_rate",
     "is_sampled",
     "request_key_hash",
     "sampling_key",
@@ -132,6 +133,21 @@ def budget_rate(sample_rate: float, arrivals_per_s: float, max_samples_per_s: fl
     ratio = max_samples_per_s / (arrivals_per_s * sample_rate)
     steps = math.ceil(-math.log2(ratio) * _STEPS_PER_HALVING - 1e-9)
     return sample_rate * math.pow(2.0, -steps / _STEPS_PER_HALVING)
+
+
+def held_rate(
+    current: float, sample_rate: float, arrivals_per_s: float, max_samples_per_s: float
+) -> float:
+    """`budget_rate` with hysteresis: the rate drops as soon as the budget needs it, but
+    rises only once the higher rate would still fit a step more traffic. Without it, an
+    arrival rate near a step's boundary flipped the threshold every few seconds (Poisson
+    noise in the EWMA), sampling the conversations between the two steps on some turns only
+    and evicting from the LRU replay at every drop."""
+    needed = budget_rate(sample_rate, arrivals_per_s, max_samples_per_s)
+    if needed <= current:
+        return needed
+    one_step_more = arrivals_per_s * math.pow(2.0, 1.0 / _STEPS_PER_HALVING)
+    return max(current, budget_rate(sample_rate, one_step_more, max_samples_per_s))
 
 
 def scaled_capacity(capacity_blocks: int | None, rate: float) -> int | None:

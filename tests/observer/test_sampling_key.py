@@ -16,6 +16,7 @@ from gateway.observer.sampling_key import (
     PROMPT_HEAD,
     ArrivalRate,
     budget_rate,
+    held_rate,
     is_sampled,
     request_key_hash,
     sampling_key,
@@ -230,6 +231,17 @@ def test_the_budget_lowers_the_rate_by_steps() -> None:
     # Steps: the rate (and the set of sampled conversations) holds while traffic drifts.
     assert budget_rate(0.1, 1000.0, 20.0) == budget_rate(0.1, 1050.0, 20.0)
     assert budget_rate(0.1, 1000.0, 20.0) == pytest.approx(0.1 / 2 ** (10 / 4))
+
+
+def test_the_held_rate_drops_at_once_and_rises_a_step_late() -> None:
+    step = 2 ** (1 / 4)
+    at_1000 = budget_rate(0.1, 1000.0, 20.0)
+    assert held_rate(0.1, 0.1, 1000.0, 20.0) == at_1000  # the budget binds at once
+    # Traffic back just under the boundary of the higher step: the rate holds...
+    assert held_rate(at_1000, 0.1, 1000.0 / step * 0.99, 20.0) == at_1000
+    # ...and rises once the higher step would still fit a step more traffic.
+    assert held_rate(at_1000, 0.1, 1000.0 / step**2 * 0.99, 20.0) == pytest.approx(at_1000 * step)
+    assert held_rate(at_1000, 0.1, 1.0, 20.0) == 0.1
 
 
 def test_arrival_rate() -> None:

@@ -4,6 +4,8 @@ rate a sample was taken at bounds the LRU replay."""
 from __future__ import annotations
 
 import asyncio
+import itertools
+import random
 from types import SimpleNamespace
 from typing import Any
 
@@ -141,3 +143,21 @@ def test_a_reload_keeps_the_arrival_rate_and_with_it_the_sampled_conversations()
         clock.now = step / 1000
         live.wants_capture("default", 0, chat(step % 3000, step // 3000))
     assert live.effective_rate == settled
+
+
+def test_steady_traffic_near_a_budget_step_does_not_flip_the_threshold() -> None:
+    """Poisson arrivals at a steady 238 a second, where 0.1 * 2^(-1/4) meets the cap of 20:
+    the EWMA's noise crossed the step's boundary and the threshold flipped about every six
+    seconds, sampling the conversations between the two steps on some turns only."""
+    clock = Clock()
+    live = observer_with(clock, sample_rate=0.1, max_samples_per_s=20.0)
+    arrivals = random.Random(7)
+    rates = []
+    while clock.now < 300.0:
+        clock.now += arrivals.expovariate(200 * 2 ** (1 / 4))
+        live.wants_capture("default", 0, chat(arrivals.randrange(3000), 0))
+        if clock.now > 60.0:  # the EWMA has settled
+            rates.append(live.effective_rate)
+    changes = sum(1 for before, after in itertools.pairwise(rates) if before != after)
+    assert changes <= 2
+    assert rates[-1] * 200 * 2 ** (1 / 4) <= 20.0
