@@ -327,13 +327,19 @@ class LiveObserver:
     def exchange_done(self, exchange: CompletedExchange) -> None:
         if self._queue is None:
             return
+        # The rate may have dropped since capture (the budget, or a reload that lowered
+        # sample_rate or turned the observer off): a conversation no longer sampled would be
+        # replayed under a bound that leaves it out (at rate 0, one block).
+        if not is_sampled(request_key_hash(exchange.request), self.effective_rate):
+            return
         sample = Sample(
             exchange.tier,
             exchange.tenant,
             exchange.request,
             exchange.body,
             self.clock(),
-            # The rate now, not at capture: it changes by steps, seldom (budget_rate).
+            # The rate now, which samples this conversation too (a higher one samples a
+            # superset): the replay is bounded for the set it now receives.
             self.effective_rate,
         )
         try:

@@ -19,6 +19,7 @@ from gateway.live import upstream
 from gateway.live.observer import LiveObserver, Sample
 from gateway.metrics import GatewayMetrics
 from gateway.observer.sampling_key import is_sampled, request_key_hash
+from gateway.stats import CompletedExchange
 
 
 class Clock:
@@ -161,3 +162,44 @@ def test_steady_traffic_near_a_budget_step_does_not_flip_the_threshold() -> None
     changes = sum(1 for before, after in itertools.pairwise(rates) if before != after)
     assert changes <= 2
     assert rates[-1] * 200 * 2 ** (1 / 4) <= 20.0
+
+
+def completed(request: dict[str, Any]) -> CompletedExchange:
+    return CompletedExchange("default", "chat", "bf16", 1, request, b"", None, None, "x")
+
+
+def test_a_sample_whose_conversation_the_rate_left_out_since_capture_is_not_replayed() -> None:
+    """A reload while a sampled answer streamed (observer off, or a lower sample_rate)
+    queued it at the new rate: at 0 the tier's LRU replay shrank to one block and
+    /admin/regime read sample_rate 0."""
+    clock = Clock()
+    live = observer_with(clock, sample_rate=0.5)
+    request = next(
+        chat(c, 0)
+        for c in range(200)
+        if not is_sampled(request_key_hash(chat(c, 0)), 0.1)
+        and live.wants_capture("default", 1, chat(c, 0))
+    )
+    kept = next(chat(c, 0) for c in range(200) if is_sampled(request_key_hash(chat(c, 0)), 0.1))
+
+    async def scenario() -> list[Sample]:
+        live.start()
+        assert live._queue is not None
+        lower = live.settings.model_copy(
+            update={"observer": live.observer.model_copy(update={"sample_rate": 0.1})}
+        )
+        live.configure(lower)
+        live.exchange_done(completed(request))
+        live.exchange_done(completed(kept))  # still sampled at 0.1
+        off = live.settings.model_copy(
+            update={"observer": live.observer.model_copy(update={"enabled": False})}
+        )
+        live.configure(off)
+        live.exchange_done(completed(kept))
+        queued = []
+        while not live._queue.empty():
+            queued.append(live._queue.get_nowait())
+        return queued
+
+    queued = asyncio.run(scenario())
+    assert [(sample.request, sample.rate) for sample in queued] == [(kept, 0.1)]
