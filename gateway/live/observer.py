@@ -259,23 +259,30 @@ class LiveObserver:
                 else:
                     kept.running = agreed_flags(kept.endpoint_flags.values())
                 kept.tier = tier
+                block_size = kept.tracker.config.block_size  # the engine's, once scraped
+                if kept.tracker.config != self._tracker_config(block_size):
+                    # A new window, bucket or n-gram setting: the kept buckets were sized and
+                    # counted under the old one, and would go on reporting it.
+                    kept.tracker = self._new_state(tier, block_size).tracker
                 states[tier.name] = kept
                 continue
             states[tier.name] = self._new_state(tier, settings.planner.serve.block_size)
         self._states = states
 
+    def _tracker_config(self, block_size: int) -> TrackerConfig:
+        planner = self.settings.planner
+        return TrackerConfig(
+            window_s=self.observer.window_s,
+            bucket_s=min(self.observer.bucket_s, self.observer.window_s),
+            block_size=block_size,
+            min_n=planner.serve.prompt_lookup_min,
+            max_n=planner.serve.prompt_lookup_max,
+            num_speculative_tokens=planner.cost.num_speculative_tokens,
+        )
+
     def _new_state(self, tier: TierBackend, block_size: int) -> _TierState:
         planner = self.settings.planner
-        tracker = RegimeTracker(
-            TrackerConfig(
-                window_s=self.observer.window_s,
-                bucket_s=min(self.observer.bucket_s, self.observer.window_s),
-                block_size=block_size,
-                min_n=planner.serve.prompt_lookup_min,
-                max_n=planner.serve.prompt_lookup_max,
-                num_speculative_tokens=planner.cost.num_speculative_tokens,
-            )
-        )
+        tracker = RegimeTracker(self._tracker_config(block_size))
         precision = tier.settings.precision
         model = CostModel.from_settings(planner)
         tracker.configure_tier(

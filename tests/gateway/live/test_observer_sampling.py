@@ -203,3 +203,19 @@ def test_a_sample_whose_conversation_the_rate_left_out_since_capture_is_not_repl
 
     queued = asyncio.run(scenario())
     assert [(sample.request, sample.rate) for sample in queued] == [(kept, 0.1)]
+
+
+def test_a_reload_that_changes_the_window_applies_it_to_the_kept_tiers() -> None:
+    """A kept tier kept its tracker, built for the old window: /admin/regime went on reporting
+    over 300 s after the file said 60 (only tiers added by the reload got the new one)."""
+    clock = Clock()
+    live = observer_with(clock, window_s=300.0)
+    live.wants_capture("default", 1, chat(1, 0))
+    shorter = live.settings.model_copy(
+        update={"observer": live.observer.model_copy(update={"window_s": 60.0})}
+    )
+    live.configure(shorter)
+    assert live.regime_view()["tiers"]["bf16"]["window_s"] == 60.0
+    unchanged = live._states["bf16"].tracker
+    live.configure(live.settings)  # a reload that changes nothing keeps the history
+    assert live._states["bf16"].tracker is unchanged
