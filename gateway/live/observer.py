@@ -259,6 +259,11 @@ class LiveObserver:
                 else:
                     kept.running = agreed_flags(kept.endpoint_flags.values())
                 kept.tier = tier
+                planner_settings = fixed_precision_settings(settings.planner)
+                if kept.planner.settings != planner_settings:  # e.g. new hardware or policy
+                    kept.planner.reconfigure(planner_settings)
+                    eta = CostModel.from_settings(settings.planner).eta(tier.settings.precision)
+                    kept.tracker.configure_tier(tier.name, eta=eta)
                 block_size = kept.tracker.config.block_size  # the engine's, once scraped
                 if kept.tracker.config != self._tracker_config(block_size):
                     # A new window, bucket or n-gram setting: the kept buckets were sized and

@@ -502,6 +502,13 @@ class Planner:
     def last_switch(self) -> float | None:
         return self._last_switch
 
+    def reconfigure(self, settings: Settings) -> None:
+        """New settings (a reload); the current configuration and its dwell carry over,
+        confirmations counted under the old costs do not."""
+        self.settings = settings
+        self._model = CostModel.from_settings(settings)
+        self._reset_pending()
+
     def follow(self, running: TierConfig, now: float) -> None:
         """The configuration the tier is observed running with at `now`."""
         if not self._following:

@@ -19,6 +19,8 @@ from gateway.live import upstream
 from gateway.live.observer import LiveObserver, Sample
 from gateway.metrics import GatewayMetrics
 from gateway.observer.sampling_key import is_sampled, request_key_hash
+from gateway.planner.costmodel import CostModel
+from gateway.planner.planner import fixed_precision_settings
 from gateway.stats import CompletedExchange
 
 
@@ -219,3 +221,19 @@ def test_a_reload_that_changes_the_window_applies_it_to_the_kept_tiers() -> None
     unchanged = live._states["bf16"].tracker
     live.configure(live.settings)  # a reload that changes nothing keeps the history
     assert live._states["bf16"].tracker is unchanged
+
+
+def test_a_reload_that_changes_the_planner_settings_reaches_the_kept_tiers() -> None:
+    """A kept tier kept its planner: after `planner.hardware: h200` it went on planning for
+    a B200, while the running configuration's expected cost was priced for the H200."""
+    clock = Clock()
+    live = observer_with(clock)
+    planner = live._states["bf16"].planner
+    h200 = live.settings.model_copy(
+        update={"planner": live.settings.planner.model_validate({"hardware": "h200"})}
+    )
+    live.configure(h200)
+    assert live._states["bf16"].planner is planner  # its current configuration and dwell stay
+    assert planner.settings == fixed_precision_settings(h200.planner)
+    eta = CostModel.from_settings(h200.planner).eta("bf16")
+    assert live._states["bf16"].tracker._tiers["bf16"].eta == eta
