@@ -244,8 +244,15 @@ class LiveObserver:
     # -- configuration ---------------------------------------------------------------------
     def configure(self, settings: Settings) -> None:
         """(Re)reads the settings and the current tiers; a tier whose name and precision are
-        unchanged keeps its history and planner state."""
+        unchanged keeps its history and planner state, unless the observer is turned off or
+        on."""
+        was_enabled = self.enabled
         self._read_settings(settings)
+        if self.enabled != was_enabled:
+            # Requests in flight across the switch have only one of their two events: the
+            # in-flight level they left behind would never come back down.
+            self._events.clear()
+            self._states = {}
         states = {}
         for tier in self.tiers():
             kept = self._states.get(tier.name)

@@ -237,3 +237,27 @@ def test_a_reload_that_changes_the_planner_settings_reaches_the_kept_tiers() -> 
     assert planner.settings == fixed_precision_settings(h200.planner)
     eta = CostModel.from_settings(h200.planner).eta("bf16")
     assert live._states["bf16"].tracker._tiers["bf16"].eta == eta
+
+
+def test_requests_in_flight_when_the_observer_is_turned_off_leave_no_phantom_level() -> None:
+    """Their finish events were not recorded while off: the tier read 5 in flight for good,
+    off and after being turned on again, and the planner planned on it with no traffic."""
+    clock = Clock()
+    live = observer_with(clock)
+    for _ in range(5):
+        live.upstream_started("bf16", "default")
+    clock.now = 1.0
+    off = live.settings.model_copy(
+        update={"observer": live.observer.model_copy(update={"enabled": False})}
+    )
+    live.configure(off)
+    for _ in range(5):
+        live.upstream_finished("bf16", "default")
+    on = live.settings.model_copy(
+        update={"observer": live.observer.model_copy(update={"enabled": True})}
+    )
+    live.configure(on)
+    clock.now = 400.0
+    assert live.regime_view()["tiers"]["bf16"]["concurrency"]["mean"] in (None, 0.0)
+    live.plan_once()
+    assert live.plan_view()["bf16"]["note"] == "no traffic in the window"
