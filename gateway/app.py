@@ -70,6 +70,7 @@ log = logging.getLogger("tiergate")
 PolicyFactory = Callable[[Settings], RoutingPolicy]
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 CONFIG_ENV = "TIERGATE_CONFIG"
+WORKERS_ENV = "TIERGATE_WORKERS"  # set by `serve --workers N` for its workers
 # A copy of the last configuration the `serve --workers` supervisor found valid.
 LAST_VALID_CONFIG_ENV = "TIERGATE_LAST_VALID_CONFIG"
 # What an invalid configuration can raise while a runtime is built from it: the settings
@@ -128,7 +129,12 @@ class Gateway:
             prefix=settings.shared_limits.key_prefix,
             max_request_s=settings.timeouts.total_s,
         )
-        self.observer = LiveObserver(settings, self.metrics, lambda: self.runtime.tiers)
+        self.observer = LiveObserver(
+            settings,
+            self.metrics,
+            lambda: self.runtime.tiers,
+            workers=int(self.environ.get(WORKERS_ENV) or 1),
+        )
         self.shadow = ShadowSampler(
             settings, self.metrics, lambda: self.runtime.tiers, features=named_dense_features
         )

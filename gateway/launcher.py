@@ -253,7 +253,7 @@ def serve_workers(config_path: Path, host: str, port: int, workers: int) -> None
     $TIERGATE_CONFIG; counters and histograms go to files in $PROMETHEUS_MULTIPROC_DIR,
     which any worker's /metrics merges.
     """
-    from gateway.app import LAST_VALID_CONFIG_ENV
+    from gateway.app import LAST_VALID_CONFIG_ENV, WORKERS_ENV
     from gateway.last_valid import LastValidConfig
     from gateway.scratch import remove_orphaned_scratch, scratch_dir
     from gateway.workers import WorkerSupervisor
@@ -263,6 +263,7 @@ def serve_workers(config_path: Path, host: str, port: int, workers: int) -> None
     # path of today is gone after the next edit.
     source = config_path.absolute()
     os.environ["TIERGATE_CONFIG"] = str(source)
+    os.environ[WORKERS_ENV] = str(workers)
     remove_orphaned_scratch()
     with contextlib.ExitStack() as scratch:
         if not clear_multiprocess_dir():

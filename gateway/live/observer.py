@@ -209,10 +209,16 @@ class LiveObserver:
         metrics: GatewayMetrics,
         tiers: Callable[[], Sequence[TierBackend]],
         clock: Callable[[], float] = time.monotonic,
+        *,
+        workers: int = 1,
     ) -> None:
         self.metrics = metrics
         self.tiers = tiers
         self.clock = clock
+        # Under `serve --workers N` this process sees about 1/N of the traffic: its samples
+        # cap is its share of max_samples_per_s, and its replay holds that share of the
+        # engine's cache (the sampled share of the traffic it replays is rate / N).
+        self.workers = max(1, workers)
         self.dropped = 0
         self.processed = 0
         self._queue: asyncio.Queue[Sample] | None = None
@@ -231,7 +237,7 @@ class LiveObserver:
         self.observer = settings.observer
         self.enabled = settings.observer.enabled
         rate = settings.observer.sample_rate if self.enabled else 0.0
-        cap = settings.observer.max_samples_per_s
+        cap = self._samples_cap(settings)
         # The budget lowers the hash threshold (effective_rate) as traffic grows; the
         # bucket is only a hard cap for bursts the arrival rate has not caught up with.
         self._sample_budget = TokenBucket(cap, max(1.0, cap), self.clock)
@@ -240,6 +246,9 @@ class LiveObserver:
         else:
             self.effective_rate = budget_rate(rate, self._arrivals.per_s, cap)
         self.rate = rate
+
+    def _samples_cap(self, settings: Settings) -> float:
+        return settings.observer.max_samples_per_s / self.workers
 
     # -- configuration ---------------------------------------------------------------------
     def configure(self, settings: Settings) -> None:
@@ -315,7 +324,7 @@ class LiveObserver:
         if self.rate <= 0.0:
             return False
         if self._arrivals.arrived(self.clock()):
-            cap = self.observer.max_samples_per_s
+            cap = self._samples_cap(self.settings)
             per_s = self._arrivals.per_s
             self.effective_rate = held_rate(self.effective_rate, self.rate, per_s, cap)
         if not is_sampled(request_key_hash(request), self.effective_rate):
@@ -358,8 +367,9 @@ class LiveObserver:
             exchange.body,
             self.clock(),
             # The rate now, which samples this conversation too (a higher one samples a
-            # superset): the replay is bounded for the set it now receives.
-            self.effective_rate,
+            # superset): the replay is bounded for the set it now receives, this worker's
+            # share of it.
+            self.effective_rate / self.workers,
         )
         try:
             self._queue.put_nowait(sample)
@@ -563,7 +573,14 @@ class LiveObserver:
                 name: self._report(name, state, now).to_dict()
                 for name, state in self._states.items()
             },
-            "samples": {"processed": self.processed, "dropped": self.dropped},
+            "samples": {
+                "processed": self.processed,
+                "dropped": self.dropped,
+                # The hash threshold now (sample_rate, lowered by the budget), and this
+                # worker's share of the traffic.
+                "effective_rate": max(self.effective_rate, 0.0),
+                "workers": self.workers,
+            },
         }
 
     def plan_view(self) -> dict[str, Any]:

@@ -146,7 +146,7 @@ def test_regime_plan_and_drift(observed: tuple[Ladder, GatewayThread]) -> None:
         if view["samples"]["processed"] >= 36 and view["tiers"]["w4a16"]["r"]["a_obs"] is not None:
             break
         time.sleep(0.3)
-    assert view["samples"] == {"processed": 36, "dropped": 0}
+    assert view["samples"] == {"processed": 36, "dropped": 0, "effective_rate": 1.0, "workers": 1}
     # Engine counters arrive by scrape (every 0.5 s): let one land after the last request.
     time.sleep(1.2)
     view = admin(gw, "/admin/regime")
