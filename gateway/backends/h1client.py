@@ -151,6 +151,11 @@ class UpstreamResponse:
         return data
 
     @property
+    def has_body(self) -> bool:
+        """Whether body bytes wait unread, or the body has ended."""
+        return self._buffered > 0 or self._complete
+
+    @property
     def reading_paused(self) -> bool:
         """Whether the unread body has filled the buffer: nothing more arrives until read."""
         return self._buffered > _HIGH_WATER

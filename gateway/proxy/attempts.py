@@ -234,12 +234,15 @@ async def _first_event(response: UpstreamResponse, wait_s: float, kind: Endpoint
     event does so after the headers. Nothing has reached the client yet, so that is this
     attempt's failure (first_byte_s bounds it) and another endpoint may serve. A Responses
     stream's opening events come as early as its headers: the wait goes on past them."""
+    responses = kind == "responses"
+    if response.has_body and not responses:
+        return  # it came with the headers: no timer to set and cancel
     try:
         async with asyncio.timeout(wait_s):
             await response.wait_for_body()
             # A full buffer (opening events echo the request's tools and instructions) holds
             # no more until read: the wait ends there, as nothing more could arrive.
-            while not response.complete and not response.reading_paused:
+            while responses and not response.complete and not response.reading_paused:
                 arrived = response.body_so_far()
                 if not only_opening_events(kind, arrived):
                     break
