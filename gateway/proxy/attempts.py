@@ -92,12 +92,21 @@ class Attempter:
     def __init__(
         self,
         timeouts: TimeoutSettings,
-        rewriters: list[ModelRewriter],
+        public_model: str,
         listeners: Sequence[ExchangeListener] = (),
     ) -> None:
         self.timeouts = timeouts
-        self.rewriters = rewriters
+        self.public_model = public_model
         self.listeners = listeners
+        # Per served model name: a kept endpoint's tier may serve under another name after a
+        # reload, and a request admitted before it is answered with the public name it used.
+        self._rewriters: dict[str, ModelRewriter] = {}
+
+    def _rewriter(self, served: str) -> ModelRewriter:
+        rewriter = self._rewriters.get(served)
+        if rewriter is None:
+            rewriter = self._rewriters[served] = ModelRewriter(served, self.public_model)
+        return rewriter
 
     async def run(
         self,
@@ -115,12 +124,15 @@ class Attempter:
         if asked - exchange.started >= self.timeouts.total_s:
             endpoint.slot_freed()  # a slot handed over from the queue goes to the next waiter
             raise _past_deadline()
+        # The endpoint's tier in the running configuration names the model it serves: a
+        # request queued (or failing over) across a reload goes out under the new name.
+        served = (endpoint.owner or tier).served_model_name
         endpoint.inflight += 1
         sent_at = endpoint.circuit.on_send()
         for listener in self.listeners:
             listener.upstream_started(tier.name, record.tenant)
         try:
-            response, body = await self._send(exchange, tier, endpoint, current, asked)
+            response, body = await self._send(exchange, served, endpoint, current, asked)
         except AttemptFailed as failure:
             exchange.waited += time.perf_counter() - asked
             endpoint.inflight -= 1
@@ -140,7 +152,7 @@ class Attempter:
         record.served_tier = tier.index
         record.status = response.status
         exchange.tier_name = tier.name
-        exchange.rewrite = self.rewriters[tier.index]
+        exchange.rewrite = self._rewriter(served)
         engine_failed = False
         try:
             if body is None:
@@ -163,7 +175,7 @@ class Attempter:
     async def _send(
         self,
         exchange: Exchange,
-        tier: TierBackend,
+        served: str,
         endpoint: EndpointState,
         current: list[UpstreamResponse],
         asked: float,
@@ -175,7 +187,7 @@ class Attempter:
         response and its whole body, or None for a stream to relay; classifies every
         failure."""
         remaining = self.timeouts.total_s - (asked - exchange.started)
-        payload = orjson.dumps({**exchange.upstream_request, "model": tier.served_model_name})
+        payload = orjson.dumps({**exchange.upstream_request, "model": served})
         path = endpoint.paths[exchange.kind]
         response: UpstreamResponse | None = None
         try:

@@ -31,7 +31,6 @@ from gateway.proxy.channel import ClientChannel
 from gateway.proxy.departures import DepartureWatch
 from gateway.proxy.events import ExchangeListener
 from gateway.proxy.relay import Exchange
-from gateway.proxy.rewrite import ModelRewriter
 from gateway.routing.policy import Decision, RoutingPolicy
 from gateway.stats import CompletedExchange, RequestRecord
 from gateway.tenants.registry import Tenant
@@ -132,8 +131,7 @@ class ProxyService:
         self.resilience = resilience
         self._tier_by_name = {tier.name: tier for tier in tiers}
         self.listeners = tuple(listeners)
-        rewriters = [ModelRewriter(tier.served_model_name, public_model) for tier in tiers]
-        self._attempter = Attempter(timeouts, rewriters, self.listeners)
+        self._attempter = Attempter(timeouts, public_model, self.listeners)
         self._departures = DepartureWatch(JSON_WATCH_DELAY_S)
 
     # -- routing --------------------------------------------------------------------------

@@ -579,6 +579,40 @@ def test_a_request_queued_before_a_reload_is_woken_by_the_slot_freed_after_it(
         assert time.monotonic() - started < 3.0
 
 
+def test_a_request_queued_across_a_reload_goes_out_under_the_tiers_new_served_name(
+    fault_ladder: Ladder,
+) -> None:
+    """A reload moves a tier to an engine serving another `--served-model-name`: a request
+    queued before it is handed the new engine's slot and sent under the new tier's name,
+    answered under the public one (it went out under the old name and got a 404)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gateway.config import parse_settings
+
+    fault_ladder.sims[2].faults(added_latency_s=0.6)
+    moved = one_slot_each(fault_ladder, 4.0).model_dump(mode="json")
+    engine = Sim("bf16", free_port(), "bf16-renamed").start()
+    moved["tiers"][2].update(endpoints=[f"{engine.url}/v1"], served_model_name="bf16-renamed")
+    try:
+        with (
+            GatewayThread(one_slot_each(fault_ladder, 4.0), policy_factory=fixed_policy(2)) as gw,
+            ThreadPoolExecutor(2) as pool,
+        ):
+            first = pool.submit(chat, gw)
+            time.sleep(0.2)  # the first request holds the only slot
+            queued = pool.submit(chat, gw)
+            time.sleep(0.1)
+            assert gw.loop is not None
+            gw.loop.call_soon_threadsafe(gw.app.reload, parse_settings(moved))
+            assert first.result()[0] == 200
+            status, headers, body = queued.result()
+            assert status == 200 and headers["x-tiergate-tier"] == "bf16", body
+            assert json.loads(body)["model"] == MODEL
+            assert engine.stats()["requests"] == 1
+    finally:
+        engine.stop()
+
+
 def test_ready_is_503_while_no_tier_is_usable() -> None:
     from gateway.config import parse_settings
 
