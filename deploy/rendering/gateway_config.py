@@ -54,6 +54,9 @@ def gateway_settings(plan: DeployPlan, target: Target) -> dict[str, Any]:
         ],
         "server": {"host": "0.0.0.0", "port": PORT},
         "admin": {"token_env": ADMIN_TOKEN_ENV},
+        # The live planner's cost model (flag gauges, expected cost per token, flag drift):
+        # without it the gateway plans for the default GPU whatever the target runs on.
+        "planner": {"hardware": target.hardware},
     }
 
 

@@ -109,6 +109,8 @@ def test_gateway_config_is_valid_and_keyless() -> None:
     for tenant in settings.tenants:
         assert not tenant.api_keys and tenant.api_keys_env, tenant.name
     assert [t.endpoints for t in settings.tiers] == [[f"http://{name}:8000/v1"] for name in TIERS]
+    # The live planner costs flags on the GPU the ladder was planned for (deploy/plan.yaml).
+    assert settings.planner.hardware.name.lower() == "h200"
 
 
 def test_no_key_is_committed() -> None:

@@ -215,6 +215,14 @@ def test_engines_and_gateway_read_one_engine_key(target: str) -> None:
         assert env["VLLM_API_KEY"]["valueFrom"]["secretKeyRef"] == reference
 
 
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_gateway_plans_for_the_target_s_gpu(target: str) -> None:
+    """The live planner (flag gauges, flag drift) costs flags on the GPU the tiers run on."""
+    config = _rendered(target)[("ConfigMap", "tiergate-config")]["data"]["tiergate.yaml"]
+    settings = parse_settings(yaml.safe_load(config))
+    assert settings.planner.hardware.name.lower() == target
+
+
 def test_nvfp4_is_native_on_b200_and_weight_only_on_h200() -> None:
     def notes(target: str) -> str:
         pod = _rendered(target)[("Deployment", "tier-nvfp4")]["spec"]["template"]
