@@ -55,6 +55,8 @@ def _net_savings_share(baseline: str) -> str:
 
 
 _SERVED = f'{TENANT}, {TIER}, tier!="_none"'
+# Attempt outcomes that say nothing of the tier's health (as the circuit breaker reads them).
+NO_VERDICT = "client_gone|too_large|deadline"
 # Means over the last hour of shadow labels that had a prediction, from sums that add up over
 # workers and replicas (the window gauges are one process's view each).
 _SCORED = _sum(
@@ -778,8 +780,9 @@ BACKENDS: Final = Dashboard(
         ),
         Panel(
             "Upstream failure ratio by tier",
-            "Share of attempts that did not get an answer, leaving out those whose client "
-            "left first (client_gone: no verdict on the tier).",
+            "Share of attempts that did not get an answer, leaving out those that say nothing "
+            "of the tier: the client left first (client_gone), the answer was over the size "
+            "limit (too_large), the request's total_s ran out (deadline).",
             (
                 Query(
                     _ratio(
@@ -787,14 +790,14 @@ BACKENDS: Final = Dashboard(
                             "tier",
                             _rate(
                                 "tiergate_upstream_attempts_total",
-                                f'{TIER}, outcome!~"ok|client_gone"',
+                                f'{TIER}, outcome!~"ok|{NO_VERDICT}"',
                             ),
                         ),
                         _sum(
                             "tier",
                             _rate(
                                 "tiergate_upstream_attempts_total",
-                                f'{TIER}, outcome!="client_gone"',
+                                f'{TIER}, outcome!~"{NO_VERDICT}"',
                             ),
                         ),
                     ),
