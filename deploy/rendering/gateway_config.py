@@ -19,6 +19,7 @@ ADMIN_TOKEN_ENV: Final = "TIERGATE_ADMIN_TOKEN"
 # One secret for the engines' VLLM_API_KEY and the gateway's tier keys; empty: no key on
 # either side.
 ENGINE_KEY_ENV: Final = "TIERGATE_ENGINE_KEY"
+SHADOW_RATE: Final = 0.02
 
 
 def tier_host(name: str) -> str:
@@ -57,6 +58,11 @@ def gateway_settings(plan: DeployPlan, target: Target) -> dict[str, Any]:
         # The live planner's cost model (flag gauges, expected cost per token, flag drift):
         # without it the gateway plans for the default GPU whatever the target runs on.
         "planner": {"hardware": target.hardware},
+        # Labels for the Calibration dashboard and its alerts (off by default, they would
+        # show no data): 2% of cheaper-tier answers replayed on the top tier, and 2% of
+        # top-tier requests on a cheaper one so that labels keep coming where the router
+        # sends hard requests up. Replays take at most 10% of the top tier's slots.
+        "shadow": {"rate": SHADOW_RATE, "explore_rate": SHADOW_RATE},
     }
 
 

@@ -223,6 +223,14 @@ def test_the_gateway_plans_for_the_target_s_gpu(target: str) -> None:
     assert settings.planner.hardware.name.lower() == target
 
 
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_gateway_replays_a_share_on_the_top_tier_for_calibration_labels(target: str) -> None:
+    """Without shadow replays the Calibration dashboard and its alerts have no data."""
+    config = _rendered(target)[("ConfigMap", "tiergate-config")]["data"]["tiergate.yaml"]
+    shadow = parse_settings(yaml.safe_load(config)).shadow
+    assert 0 < shadow.rate <= 0.05 and 0 < shadow.explore_rate <= 0.05
+
+
 def test_nvfp4_is_native_on_b200_and_weight_only_on_h200() -> None:
     def notes(target: str) -> str:
         pod = _rendered(target)[("Deployment", "tier-nvfp4")]["spec"]["template"]
