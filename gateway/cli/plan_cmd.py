@@ -140,11 +140,15 @@ class GatewayTier:
     current: TierConfig | None = None
 
 
-def tier_regimes_from_gateway(doc: dict[str, Any]) -> dict[str, GatewayTier]:
+def tier_regimes_from_gateway(
+    doc: dict[str, Any], *, engine_r_usable: bool = True
+) -> dict[str, GatewayTier]:
     """Per tier: its precision, the regime to plan for and where rho and r came from. rho
     prefers the engine counters (exact, APC on), then the LRU replay; r prefers the live
     spec-decode counters (speculation on), then the replayed r corrected to reference
-    precision (r_reference = r_iid / eta). An optional
+    precision (r_reference = r_iid / eta). `engine_r_usable` is False under a per-batch
+    speculation table, as in the live planner: rounds at a k = 0 batch draft nothing, so the
+    engine's acceptance understates r. An optional
     `"current": {"speculative", "prefix_caching"}` tells what the tier runs with now."""
     from gateway.observer.regime import per_engine_concurrency
     from gateway.planner.planner import Regime, TierConfig
@@ -178,7 +182,8 @@ def tier_regimes_from_gateway(doc: dict[str, Any]) -> dict[str, GatewayTier]:
         rho_v = _first(rho.get("engine"), rho.get("lru"), rho.get("unbounded"))
         # r_reference: the replay corrected for the tier's erosion; r_iid from gateways
         # that predate it (an underestimate by eta on a non-reference tier).
-        r_v = _first(r.get("r_engine"), r.get("r_reference"), r.get("r_iid"))
+        r_engine = _first(r.get("r_engine")) if engine_r_usable else None
+        r_v = _first(r_engine, r.get("r_reference"), r.get("r_iid"))
         if rho_v is None or r_v is None:
             # Planning on a default of 0 would turn prefix caching or speculation off on no
             # evidence at all: such a tier waits until its sampled requests say something.
@@ -192,7 +197,7 @@ def tier_regimes_from_gateway(doc: dict[str, Any]) -> dict[str, GatewayTier]:
             f"rho from {'engine' if _first(rho.get('engine')) is not None else 'replay'}"
             f" ({rho_v:.3f}"
             f"{'' if sampled is None else f', {int(sampled):,} sampled prompt tokens'}), r from "
-            f"{'engine' if _first(r.get('r_engine')) is not None else 'replay'}"
+            f"{'engine' if r_engine is not None else 'replay'}"
             f" ({r_v:.3f}{'' if rounds is None else f', {int(rounds):,} sampled rounds'})"
         )
         regime = Regime(
@@ -423,7 +428,8 @@ def _gateway_plans(
 
     doc = fetch_gateway_regime(url, os.environ.get(ADMIN_TOKEN_ENV))
     tiers: dict[str, dict[str, Any]] = {}
-    for name, tier in tier_regimes_from_gateway(doc).items():
+    per_batch_table = settings.serve.batch_dependent_speculation
+    for name, tier in tier_regimes_from_gateway(doc, engine_r_usable=not per_batch_table).items():
         reg, precision = tier.regime, tier.precision
         if reg is None:
             typer.echo(f"note: tier {name}: {tier.source}; skipped", err=True)

@@ -506,3 +506,29 @@ def test_a_partial_plan_keeps_the_earlier_overlays_other_tiers(
     assert set(second["tiers"]) == {"cheap", "strong"}
     written = json.loads((tmp_path / "strong.args.json").read_text())
     assert written == second["tiers"]["strong"]["vllm_args"]
+
+
+def test_plan_from_gateway_ignores_engine_r_under_a_per_batch_table_as_live(
+    admin_server: str, tmp_path: Path
+) -> None:
+    """With `serve.batch_dependent_speculation`, rounds at a k = 0 batch draft nothing, so
+    the live planner plans on the replayed r, not the engine's; the CLI must agree."""
+    _Admin.body = {
+        "tiers": {
+            "copy": {
+                "precision": "bf16",
+                "concurrency": {"mean": 32.0},
+                "rho": {"lru": 0.5},
+                "r": {"r_engine": 0.02, "r_reference": 0.6},
+            }
+        }
+    }
+    params = tmp_path / "params.yaml"
+    params.write_text("serve: {batch_dependent_speculation: true}")
+    doc = _json(
+        ["plan", "--from-gateway", admin_server, "--json", "--params", str(params)],
+        env={"TIERGATE_ADMIN_TOKEN": "s3cret"},
+    )
+    copy = doc["tiers"]["copy"]
+    assert copy["regime"]["r"] == 0.6 and "r from replay" in copy["regime_source"]
+    assert copy["speculative"] is True
