@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gateway.precision import Precision
 
@@ -73,6 +73,19 @@ class ModelSpec(_Frozen):
     n_embedding: float = Field(ge=0, description="input embedding (a gather, not streamed)")
     n_lm_head: float = Field(ge=0, description="output projection (kept BF16 under X5)")
     checkpoints: dict[Precision, Checkpoint]
+
+    @model_validator(mode="after")
+    def _check_geometry(self) -> ModelSpec:
+        # The cost model relies on these: more experts per token than experts makes X1's
+        # miss rate negative (a math domain error), and an embedding larger than the active
+        # parameters makes X5's streamed bytes, hence every cost, negative.
+        if self.experts_per_token > self.n_experts:
+            raise ValueError("experts_per_token must not exceed n_experts")
+        if self.n_active > self.n_total:
+            raise ValueError("n_active must not exceed n_total")
+        if self.n_embedding > self.n_active:
+            raise ValueError("n_embedding must not exceed n_active (it is part of it)")
+        return self
 
 
 H200: Final = HardwareSpec(

@@ -532,3 +532,29 @@ def test_plan_from_gateway_ignores_engine_r_under_a_per_batch_table_as_live(
     copy = doc["tiers"]["copy"]
     assert copy["regime"]["r"] == 0.6 and "r from replay" in copy["regime_source"]
     assert copy["speculative"] is True
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "says"),
+    [
+        (
+            "model: {preset: qwen3-30b-a3b, experts_per_token: 200}\n"
+            "cost: {extensions: {expert_union: true}}",
+            "experts_per_token must not exceed n_experts",
+        ),
+        (
+            "model: {preset: qwen3-30b-a3b, n_active: 1.0e8}\n"
+            "cost: {extensions: {effective_bytes: true}}",
+            "n_embedding must not exceed n_active",
+        ),
+    ],
+)
+def test_a_model_geometry_the_cost_model_cannot_use_is_rejected_by_name(
+    tmp_path: Path, yaml_text: str, says: str
+) -> None:
+    """Was "error: math domain error" (X1's miss rate below 0) and "error: min() arg is an
+    empty sequence" (X5 streamed negative bytes, so every decode cost was negative)."""
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml_text)
+    line = _error_line(["plan", "--regime", "C=2.5,rho=0.1,r=0.3", "--params", str(params)])
+    assert "invalid model" in line and says in line
