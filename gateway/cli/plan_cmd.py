@@ -312,12 +312,30 @@ def _current(text: str | None) -> TierConfig | None:
     if text is None:
         return None
     head, *rest = [p.strip() for p in text.split(",")]
-    flags = {k.strip().lower(): v.strip() for k, _, v in (p.partition("=") for p in rest)}
+    flags = {k.strip().lower(): v.strip() for k, _, v in (p.partition("=") for p in rest if p)}
+    unknown = sorted(set(flags) - {"s", "k"})
+    if unknown:
+        raise ValueError(f"--current: unknown flag {', '.join(unknown)}; expected s=.., k=..")
     return TierConfig(
         precision=_precision(head),
-        speculative=flags.get("s", "0") in {"1", "true", "on"},
-        prefix_caching=flags.get("k", "1") in {"1", "true", "on"},
+        speculative=_flag(flags, "s", default=False),
+        prefix_caching=_flag(flags, "k", default=True),
     )
+
+
+_ON: Final = frozenset({"1", "true", "on"})
+_OFF: Final = frozenset({"0", "false", "off"})
+
+
+def _flag(flags: dict[str, str], name: str, *, default: bool) -> bool:
+    # A typo (`s=yes`, a bare `s`) must not read as "off": it would plan against the wrong
+    # running configuration and report a wrong cost of inheriting it.
+    value = flags.get(name)
+    if value is None:
+        return default
+    if value.lower() in _ON | _OFF:
+        return value.lower() in _ON
+    raise ValueError(f"--current: {name}={value!r} is not one of 1/0, true/false, on/off")
 
 
 def _plan_doc(name: str, regime: Regime, plan: TierPlan, source: str) -> dict[str, Any]:

@@ -558,3 +558,14 @@ def test_a_model_geometry_the_cost_model_cannot_use_is_rejected_by_name(
     params.write_text(yaml_text)
     line = _error_line(["plan", "--regime", "C=2.5,rho=0.1,r=0.3", "--params", str(params)])
     assert "invalid model" in line and says in line
+
+
+@pytest.mark.parametrize(
+    ("current", "says"),
+    [("fp16,s=yes", "s='yes'"), ("fp16,s", "s=''"), ("fp16,x=1", "unknown flag x")],
+)
+def test_a_malformed_current_is_an_error_not_off(current: str, says: str) -> None:
+    """`s=yes` and a bare `s` read as "not speculating", and `x=1` was ignored."""
+    line = _error_line(["plan", "--regime", REGIME, "--current", current])
+    assert "--current" in line and says in line
+    assert _current("fp8,s=ON,k=off") == TierConfig("fp8", speculative=True, prefix_caching=False)
