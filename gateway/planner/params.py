@@ -188,6 +188,12 @@ class Settings(_Frozen):
             elif isinstance(value, dict) and "preset" in value:
                 rest = {k: v for k, v in value.items() if k != "preset"}
                 base = lookup(str(value["preset"])).model_dump()
+                if isinstance(base.get("checkpoints"), dict) and isinstance(
+                    rest.get("checkpoints"), dict
+                ):
+                    # Overriding one tier's checkpoint keeps the preset's others, as for
+                    # eta and Q: replacing the map would leave those tiers unservable.
+                    rest["checkpoints"] = {**base["checkpoints"], **rest["checkpoints"]}
                 data[key] = {**base, **rest}
         return data
 

@@ -34,6 +34,17 @@ policy: {dwell_s: 60}
     assert model.rho_star("fp16", 32) == pytest.approx(0.032)
 
 
+def test_overriding_one_checkpoint_keeps_the_presets_others() -> None:
+    """The checkpoint map replaced the preset's: every other tier lost its checkpoint, and
+    planning one of them failed with a bare KeyError ("error: 'fp8'")."""
+    s = settings_from_yaml(
+        "model: {preset: qwen3-coder-30b-a3b, checkpoints: {nvfp4: {repo: me/nvfp4}}}"
+    )
+    assert s.model.checkpoints["nvfp4"].repo == "me/nvfp4"
+    assert s.model.checkpoints["fp8"].repo == "Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8"
+    assert set(s.model.checkpoints) == {"bf16", "fp16", "fp8", "w4a16", "nvfp4"}
+
+
 def test_custom_hardware_mapping() -> None:
     s = settings_from_yaml(
         "hardware: {name: x, hbm_bytes: 80e9, bandwidth: 3.35e12, bf16_flops: 0.99e15, "
