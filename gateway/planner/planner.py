@@ -173,7 +173,10 @@ def _feasible(
     dropped: list[str] = []
     for p in dict.fromkeys(candidates):
         q = model.quality(p)
-        if not model.fits(p):
+        if p not in settings.model.checkpoints:
+            # Nothing to serve it from: its `vllm serve` line cannot be written.
+            dropped.append(f"{p} (no checkpoint in model.checkpoints)")
+        elif not model.fits(p):
             dropped.append(f"{p} (weights do not fit: {model.fit_problem(p)})")
         elif q < q_min:
             dropped.append(f"{p} (Q {q:.3f} < Q_min {q_min:.3f})")

@@ -86,6 +86,19 @@ def test_require_native_compute_drops_nvfp4_on_h200() -> None:
     assert any("no native compute" in r for r in plan.reasons)
 
 
+def test_a_precision_without_a_checkpoint_is_dropped_not_a_key_error() -> None:
+    """A model mapping that names checkpoints for some tiers only: planning picked w4a16
+    and failed on `checkpoints["w4a16"]` with a bare KeyError."""
+    geometry = B200.model.model_dump()
+    geometry["checkpoints"] = {"bf16": {"repo": "me/bf16"}, "fp8": {"repo": "me/fp8"}}
+    partial = settings_from_mapping({"model": geometry})
+    plan = plan_tier(OPEN_CHAT, partial)
+    assert plan.precision == "fp8" and plan.vllm_args[0] == "me/fp8"
+    assert "w4a16 (no checkpoint in model.checkpoints)" in plan.reasons[0]
+    with pytest.raises(PlanningError, match="no checkpoint"):
+        plan_tier(OPEN_CHAT, partial, ["nvfp4"])
+
+
 def test_toggles_recomputed_not_inherited() -> None:
     # b.1 notes: C = 256, r = 0.30; speculation pays at FP16 but not at NVFP4.
     regime = Regime(256, 0.3, 0.30)
