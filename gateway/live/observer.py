@@ -92,11 +92,21 @@ class RunningFlags:
         return TierConfig(precision, speculative, prefix_caching)
 
 
+def _option_name(arg: str) -> str:
+    """The option an argument names, as vLLM's FlexibleArgumentParser reads it: `_` and `-`
+    are the same in a long option (`--no_enable_prefix_caching`), and `--speculative-config.
+    method ngram` sets one key of that option."""
+    name = arg.split("=", 1)[0]
+    if name.startswith("--"):
+        name = "--" + name[2:].replace("_", "-")
+    return name.split(".", 1)[0]
+
+
 def flags_from_args(args: Sequence[str]) -> RunningFlags:
     """The toggles a `vllm serve` argument list sets (vLLM defaults: APC on, no speculation)."""
     flags = RunningFlags(speculative=False, prefix_caching=True)
     for arg in args:
-        name = arg.split("=", 1)[0]
+        name = _option_name(arg)
         if name == "--no-enable-prefix-caching":
             flags.prefix_caching = False
         elif name == "--enable-prefix-caching":

@@ -23,6 +23,15 @@ def test_flags_from_vllm_args() -> None:
     assert flags_from_args(spec).as_tuple() == (True, True)
 
 
+def test_flags_from_vllm_args_in_the_other_spellings_vllm_accepts() -> None:
+    """vLLM reads `_` as `-` in long options and `--speculative-config.KEY VALUE` as one key
+    of the config; both read as "APC on, no speculation" here, a false drift."""
+    underscores = ["--no_enable_prefix_caching", "--speculative_config", '{"method": "ngram"}']
+    assert flags_from_args(underscores).as_tuple() == (True, False)
+    dotted = ["--speculative-config.method", "ngram", "-sc.num_speculative_tokens", "4"]
+    assert flags_from_args(dotted).as_tuple() == (True, True)
+
+
 def report(
     *,
     c_mean: float | None,
