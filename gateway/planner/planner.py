@@ -59,6 +59,8 @@ class PlanningError(ValueError):
 
 # Below this the cost per token (which rises as 1/C) overflows; no real window measures less.
 MIN_CONCURRENCY = 1e-9
+# Likewise for the mean lengths: below it c_pre * L_in underflows to 0 (rho* divides by it).
+MIN_LENGTH = 1e-9
 
 
 @dataclass(frozen=True)
@@ -91,10 +93,14 @@ class Regime:
         if not 0.0 <= self.r <= 1.0:
             raise PlanningError(f"r must be in [0, 1], got {self.r}")
         # rho* divides by L_in: a regime without prompt tokens has no prefix to cache.
-        if self.l_in is not None and not 0.0 < self.l_in < math.inf:
-            raise PlanningError(f"L_in must be a length > 0, got {self.l_in}")
-        if self.l_out is not None and not 0.0 < self.l_out < math.inf:
-            raise PlanningError(f"L_out must be a length > 0, got {self.l_out}")
+        if self.l_in is not None and not MIN_LENGTH <= self.l_in < math.inf:
+            raise PlanningError(
+                f"L_in must be a length > 0 (at least {MIN_LENGTH:g}), got {self.l_in}"
+            )
+        if self.l_out is not None and not MIN_LENGTH <= self.l_out < math.inf:
+            raise PlanningError(
+                f"L_out must be a length > 0 (at least {MIN_LENGTH:g}), got {self.l_out}"
+            )
 
 
 @dataclass(frozen=True)
@@ -153,7 +159,12 @@ class _Evaluation:
 
     def cpt(self, p: Precision, s: bool, k: bool) -> float:
         g = self.regime
-        return self.model.cpt(g.concurrency, g.rho, g.r, p, s, k, l_in=self.l_in, l_out=self.l_out)
+        cost = self.model.cpt(g.concurrency, g.rho, g.r, p, s, k, l_in=self.l_in, l_out=self.l_out)
+        if not math.isfinite(cost):  # a plan carries it as JSON, which has no infinity
+            raise PlanningError(
+                f"CPT overflows at L_in {self.l_in:g}, L_out {self.l_out:g}: no plan"
+            )
+        return cost
 
     def decode(self, p: Precision) -> float:
         return self.model.decode_seconds_per_token(self.regime.concurrency, p, self.ctx)

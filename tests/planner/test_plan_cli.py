@@ -353,6 +353,10 @@ def test_nothing_fits_is_one_line_and_exit_2(tmp_path: Path, yaml_text: str, say
         # 1/C overflows the cost per token: no plan (and no Infinity in the JSON)
         (["plan", "--regime", "C=1e-320,rho=0,r=0", "--json"], "at least 1e-09"),
         (["plan", "--regime", "C=32,rho=0.3,r=0.3", "--q-min", "nan"], "Q_min must be in [0, 1]"),
+        # c_pre * L_in underflowed to 0: a ZeroDivisionError traceback
+        (["plan", "--regime", "C=1,rho=0,r=0,L_in=1e-320"], "L_in must be a length > 0"),
+        # T_req / L_out overflowed: "expected_cpt": Infinity (not JSON)
+        (["plan", "--regime", "C=1,rho=0,r=0,L_in=1e308,L_out=1e-9", "--json"], "CPT overflows"),
     ],
 )
 def test_a_regime_that_cannot_be_costed_is_one_line(args: list[str], says: str) -> None:
