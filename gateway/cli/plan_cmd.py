@@ -536,7 +536,8 @@ def plan(
             tiers = {"default": _plan_doc("default", reg, result, source)}
     except GatewayError as exc:
         raise _fail(str(exc)) from exc
-    except (PlanningError, KeyError, ValueError, OSError) as exc:
+    except (PlanningError, KeyError, ValueError, OSError, ArithmeticError) as exc:
+        # ArithmeticError: a settings integer too large for the float maths (l_ctx: 10**400)
         raise _fail(str(exc)) from exc
 
     if write is not None:
@@ -568,7 +569,7 @@ def breakeven(
         settings = _settings(params, hardware, model)
         points = [int(c) for c in concurrency.split(",") if c.strip()]
         table = breakeven_table(CostModel.from_settings(settings), points, digits=digits)
-    except (KeyError, ValueError, OSError) as exc:
+    except (KeyError, ValueError, OSError, ArithmeticError) as exc:
         raise _fail(str(exc)) from exc
     if json_out:
         typer.echo(json.dumps(table))

@@ -573,3 +573,14 @@ def test_a_malformed_current_is_an_error_not_off(current: str, says: str) -> Non
     line = _error_line(["plan", "--regime", REGIME, "--current", current])
     assert "--current" in line and says in line
     assert _current("fp8,s=ON,k=off") == TierConfig("fp8", speculative=True, prefix_caching=False)
+
+
+@pytest.mark.parametrize(
+    "field", ["cost: {l_ctx: %s}", "model: {preset: qwen3-30b-a3b, n_layers: %s}"]
+)
+def test_an_integer_too_large_for_the_maths_is_one_line(tmp_path: Path, field: str) -> None:
+    """pydantic accepts any int; float(10**400) raised OverflowError out of the command."""
+    params = tmp_path / "params.yaml"
+    params.write_text(field % ("1" + "0" * 400))
+    for command in (["plan", "--regime", REGIME], ["plan", "breakeven"]):
+        assert "too large" in _error_line([*command, "--params", str(params)])
