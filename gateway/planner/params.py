@@ -30,6 +30,7 @@ from gateway.precision import Precision
 __all__ = [
     "DEFAULT_ETA",
     "DEFAULT_QUALITY",
+    "VLLM_KV_CACHE_DTYPES",
     "CostParams",
     "Extensions",
     "PolicyParams",
@@ -126,6 +127,33 @@ class CostParams(_Frozen):
         return data
 
 
+# `--kv-cache-dtype` choices of vLLM (0.32 CLI; 0.33 per COST_MODEL.md d.1): any other name
+# renders a `vllm serve` line that vLLM rejects at startup.
+VLLM_KV_CACHE_DTYPES: Final[frozenset[str]] = frozenset(
+    {
+        "auto",
+        "bfloat16",
+        "float16",
+        "fp8",
+        "fp8_ds_mla",
+        "fp8_e4m3",
+        "fp8_e5m2",
+        "fp8_inc",
+        "fp8_per_token_head",
+        "int4_per_token_head",
+        "int8_per_token_head",
+        "nvfp4",
+        "nvfp4_4over6",
+        "nvfp4_ds_mla",
+        "turboquant_3bit_nc",
+        "turboquant_4bit_nc",
+        "turboquant_k3v4_nc",
+        "turboquant_k8v4",
+        "ultraquant_4bit",
+    }
+)
+
+
 class ServeParams(_Frozen):
     """`vllm serve` settings that the cost model does not decide (COST_MODEL.md d)."""
 
@@ -149,6 +177,11 @@ class ServeParams(_Frozen):
     def _check_lookup(self) -> ServeParams:
         if self.prompt_lookup_min > self.prompt_lookup_max:
             raise ValueError("prompt_lookup_min must not exceed prompt_lookup_max")
+        if self.kv_cache_dtype not in VLLM_KV_CACHE_DTYPES:
+            known = ", ".join(sorted(VLLM_KV_CACHE_DTYPES))
+            raise ValueError(
+                f"kv_cache_dtype {self.kv_cache_dtype!r} is not one of vLLM's: {known}"
+            )
         return self
 
 

@@ -60,6 +60,8 @@ def test_custom_hardware_mapping() -> None:
         "serve: {prompt_lookup_min: 5, prompt_lookup_max: 2}",
         "cost: {gpu_memory_fraction: 1.5}",
         "- a list",
+        # vLLM has no such --kv-cache-dtype: the rendered `vllm serve` line would not start
+        "serve: {kv_cache_dtype: bf16}",
     ],
 )
 def test_invalid_yaml(text: str) -> None:
