@@ -154,6 +154,16 @@ VLLM_KV_CACHE_DTYPES: Final[frozenset[str]] = frozenset(
 )
 
 
+# Bytes per KV element of the plain dtypes (the others carry scales or depend on the model).
+_KV_DTYPE_BYTES: Final[dict[str, float]] = {
+    "bfloat16": 2.0,
+    "float16": 2.0,
+    "fp8": 1.0,
+    "fp8_e4m3": 1.0,
+    "fp8_e5m2": 1.0,
+}
+
+
 class ServeParams(_Frozen):
     """`vllm serve` settings that the cost model does not decide (COST_MODEL.md d)."""
 
@@ -229,6 +239,19 @@ class Settings(_Frozen):
                     rest["checkpoints"] = {**base["checkpoints"], **rest["checkpoints"]}
                 data[key] = {**base, **rest}
         return data
+
+    @model_validator(mode="after")
+    def _check_kv_bytes(self) -> Settings:
+        # X6: the knee is computed with cost.kv_bytes_per_element; a pinned KV dtype of another
+        # size would have vLLM hold twice (or half) the requests the plan assumes.
+        pinned = _KV_DTYPE_BYTES.get(self.serve.kv_cache_dtype)
+        if pinned is not None and pinned != self.cost.kv_bytes_per_element:
+            raise ValueError(
+                f"serve.kv_cache_dtype {self.serve.kv_cache_dtype} holds {pinned:g} bytes per "
+                f"element, cost.kv_bytes_per_element says {self.cost.kv_bytes_per_element:g}: "
+                "set both"
+            )
+        return self
 
 
 def settings_from_mapping(data: dict[str, Any] | None) -> Settings:

@@ -45,6 +45,11 @@ def test_overriding_one_checkpoint_keeps_the_presets_others() -> None:
     assert set(s.model.checkpoints) == {"bf16", "fp16", "fp8", "w4a16", "nvfp4"}
 
 
+def test_an_fp8_kv_cache_with_its_bytes_doubles_the_knee() -> None:
+    s = settings_from_yaml("serve: {kv_cache_dtype: fp8}\ncost: {kv_bytes_per_element: 1}")
+    assert CostModel.from_settings(s).knee("fp16") == 650  # floor(131e9 / (4096 * 49,152))
+
+
 def test_custom_hardware_mapping() -> None:
     s = settings_from_yaml(
         "hardware: {name: x, hbm_bytes: 80e9, bandwidth: 3.35e12, bf16_flops: 0.99e15, "
@@ -62,6 +67,8 @@ def test_custom_hardware_mapping() -> None:
         "- a list",
         # vLLM has no such --kv-cache-dtype: the rendered `vllm serve` line would not start
         "serve: {kv_cache_dtype: bf16}",
+        # an FP8 KV cache planned with BF16's bytes: the knee would be half vLLM's
+        "serve: {kv_cache_dtype: fp8}",
     ],
 )
 def test_invalid_yaml(text: str) -> None:
