@@ -151,7 +151,7 @@ def tier_regimes_from_gateway(
     engine's acceptance understates r. An optional
     `"current": {"speculative", "prefix_caching"}` tells what the tier runs with now."""
     from gateway.observer.regime import per_engine_concurrency
-    from gateway.planner.planner import Regime, TierConfig
+    from gateway.planner.planner import MIN_CONCURRENCY, Regime, TierConfig
 
     out: dict[str, GatewayTier] = {}
     for name, tier in doc["tiers"].items():
@@ -176,7 +176,7 @@ def tier_regimes_from_gateway(
             _first(conc.get("engine_mean")),
             1 if endpoints is None else max(1, int(endpoints)),
         )
-        if c is None or c <= 0:
+        if c is None or c < MIN_CONCURRENCY:  # the live planner's rule: no traffic
             out[str(name)] = GatewayTier(precision, None, "no traffic in the window", current)
             continue
         rho_v = _first(rho.get("engine"), rho.get("lru"), rho.get("unbounded"))

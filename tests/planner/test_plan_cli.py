@@ -584,3 +584,32 @@ def test_an_integer_too_large_for_the_maths_is_one_line(tmp_path: Path, field: s
     params.write_text(field % ("1" + "0" * 400))
     for command in (["plan", "--regime", REGIME], ["plan", "breakeven"]):
         assert "too large" in _error_line([*command, "--params", str(params)])
+
+
+def test_plan_from_gateway_skips_a_tier_with_a_vanishing_c_as_live(admin_server: str) -> None:
+    """A window mean below the planner's floor (1e-9) is "no traffic" to the live planner;
+    here it failed the whole command, and the other tiers went unplanned."""
+    _Admin.body = {
+        "tiers": {
+            "quiet": {
+                "precision": "bf16",
+                "concurrency": {"mean": 1e-12},
+                "rho": {"lru": 0.5},
+                "r": {"r_reference": 0.3},
+            },
+            "busy": {
+                "precision": "bf16",
+                "concurrency": {"mean": 32.0},
+                "rho": {"lru": 0.5},
+                "r": {"r_reference": 0.3},
+            },
+        }
+    }
+    result = runner.invoke(
+        app,
+        ["plan", "--from-gateway", admin_server, "--json"],
+        env={"TIERGATE_ADMIN_TOKEN": "s3cret"},
+    )
+    assert result.exit_code == 0, result.output
+    assert list(json.loads(result.stdout)["tiers"]) == ["busy"]
+    assert "tier quiet: no traffic in the window; skipped" in result.stderr
