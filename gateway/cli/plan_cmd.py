@@ -559,7 +559,7 @@ def breakeven(
     concurrency: Annotated[
         str, typer.Option(help="comma-separated C (= B_eff below the knees)")
     ] = "32,256",
-    digits: Annotated[int, typer.Option(help="decimals")] = 4,
+    digits: Annotated[int, typer.Option(help="decimals", min=0, max=12)] = 4,
 ) -> None:
     """The breakeven table of COST_MODEL.md a.3: rho*, r*, precision ratio, knees."""
     from gateway.planner.breakeven import breakeven_table

@@ -93,7 +93,9 @@ class CostParams(_Frozen):
     )
     l_in: float = Field(default=2048.0, gt=0, description="mean prompt tokens")
     l_out: float = Field(default=512.0, gt=0, description="mean output tokens")
-    max_num_seqs: int = Field(default=1024, gt=0)
+    # Bounded: the per-batch speculation table scans every batch size up to it (on the
+    # event loop, live); vLLM deployments run hundreds to a few thousand.
+    max_num_seqs: int = Field(default=1024, gt=0, le=65536)
     mfu_prefill: float = Field(default=0.5, gt=0, le=1)
     kv_bytes_per_element: float = Field(
         default=2.0, gt=0, description="b_kv (KV pinned to BF16, X6)"

@@ -375,6 +375,8 @@ def test_a_regime_that_cannot_be_costed_is_one_line(args: list[str], says: str) 
         ),
         ("cost: {l_in: abc, max_num_seqs: -1}", ["cost.l_in", "cost.max_num_seqs"]),
         ("cost: {beta: .inf}", ["cost.beta"]),
+        # The per-batch speculation table scans every batch size up to it: 1e8 hung.
+        ("cost: {max_num_seqs: 100000000}", ["cost.max_num_seqs"]),
     ],
 )
 def test_bad_params_name_their_fields_in_one_line(
@@ -387,6 +389,12 @@ def test_bad_params_name_their_fields_in_one_line(
     for command in (["plan", "--regime", REGIME], ["plan", "breakeven"]):
         line = _error_line([*command, "--params", str(params)])
         assert all(field in line for field in fields) and "pydantic.dev" not in line
+
+
+def test_breakeven_refuses_negative_digits() -> None:
+    """--digits -3 rounded every figure to 0.0 and exited 0."""
+    result = runner.invoke(app, ["plan", "breakeven", "--digits", "-3"])
+    assert result.exit_code == 2 and "--digits" in result.output
 
 
 def test_breakeven_rho_star_is_at_b_eff_like_r_star(tmp_path: Path) -> None:
