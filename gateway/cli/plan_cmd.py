@@ -138,6 +138,7 @@ class GatewayTier:
     regime: Regime | None  # None: no traffic in the window
     source: str
     current: TierConfig | None = None
+    kv_capacity_tokens: float | None = None  # what the tier's engines hold (b.2 item 4)
 
 
 def tier_regimes_from_gateway(
@@ -208,7 +209,8 @@ def tier_regimes_from_gateway(
             l_in=_first(lengths.get("l_in")) or None,
             l_out=_first(lengths.get("l_out")) or None,
         )
-        out[str(name)] = GatewayTier(precision, regime, source, current)
+        capacity = _first(tier.get("engine_kv_capacity_tokens"))
+        out[str(name)] = GatewayTier(precision, regime, source, current, capacity)
     return out
 
 
@@ -442,7 +444,11 @@ def _gateway_plans(
     q_min: float | None,
     reselect: bool,
 ) -> dict[str, dict[str, Any]]:
-    from gateway.planner.planner import fixed_precision_settings, plan_tier
+    from gateway.planner.planner import (
+        fixed_precision_settings,
+        plan_tier,
+        with_engine_kv_capacity,
+    )
 
     doc = fetch_gateway_regime(url, os.environ.get(ADMIN_TOKEN_ENV))
     tiers: dict[str, dict[str, Any]] = {}
@@ -453,12 +459,18 @@ def _gateway_plans(
             typer.echo(f"note: tier {name}: {tier.source}; skipped", err=True)
             continue
         now = tier.current or current
+        # K of the tier's precision from its engines, as the live planner takes it.
+        known = (
+            settings
+            if precision is None
+            else with_engine_kv_capacity(settings, precision, tier.kv_capacity_tokens)
+        )
         if precision is not None and not reselect:
             # A tier's precision is fixed by the routing ladder: only its toggles are planned,
             # so the precision filters (quality floor, native compute) do not apply.
-            result = plan_tier(reg, fixed_precision_settings(settings), [precision], now)
+            result = plan_tier(reg, fixed_precision_settings(known), [precision], now)
         else:
-            result = plan_tier(reg, settings, candidates, now, q_min=q_min)
+            result = plan_tier(reg, known, candidates, now, q_min=q_min)
         tiers[name] = _plan_doc(name, reg, result, tier.source)
     return tiers
 

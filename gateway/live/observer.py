@@ -39,6 +39,7 @@ from gateway.observer.sampling_key import (
 )
 from gateway.observer.vllm_metrics import VllmMetricsSnapshot, parse_vllm_metrics
 from gateway.planner.costmodel import CostModel
+from gateway.planner.params import Settings as PlannerSettings
 from gateway.planner.planner import (
     MIN_CONCURRENCY,
     Planner,
@@ -47,6 +48,7 @@ from gateway.planner.planner import (
     Regime,
     TierConfig,
     fixed_precision_settings,
+    with_engine_kv_capacity,
 )
 from gateway.precision import Precision
 from gateway.stats import CompletedExchange
@@ -208,6 +210,9 @@ class _TierState:
     last_step: PlannerStep | None = None
     last_regime: Regime | None = None
     note: str = "not planned yet (the first plan comes after observer.plan_interval_s)"
+    # KV tokens the tier's engines hold (the least of its replicas' cache_config_info):
+    # the planner's K comes from it once scraped.
+    engine_kv_tokens: float | None = None
 
 
 class LiveObserver:
@@ -285,7 +290,7 @@ class LiveObserver:
                 else:
                     kept.running = agreed_flags(kept.endpoint_flags.values())
                 kept.tier = tier
-                planner_settings = fixed_precision_settings(settings.planner)
+                planner_settings = self._planner_settings(kept)
                 if kept.planner.settings != planner_settings:  # e.g. new hardware or policy
                     kept.planner.reconfigure(planner_settings)
                     eta = CostModel.from_settings(settings.planner).eta(tier.settings.precision)
@@ -299,6 +304,13 @@ class LiveObserver:
                 continue
             states[tier.name] = self._new_state(tier, settings.planner.serve.block_size)
         self._states = states
+
+    def _planner_settings(self, state: _TierState) -> PlannerSettings:
+        return with_engine_kv_capacity(
+            fixed_precision_settings(self.settings.planner),
+            state.tier.settings.precision,
+            state.engine_kv_tokens,
+        )
 
     def _tracker_config(self, block_size: int) -> TrackerConfig:
         planner = self.settings.planner
@@ -462,6 +474,7 @@ class LiveObserver:
     async def scrape_once(self) -> None:
         now = self.clock()
         for name, state in self._states.items():
+            capacities: list[int] = []
             for endpoint in state.tier.endpoints:
                 text = await upstream.get(endpoint, b"/metrics")
                 if text is None:
@@ -474,8 +487,22 @@ class LiveObserver:
                 url = endpoint.endpoint.url
                 state.tracker.engine_snapshot(name, now, snapshot, endpoint=url)
                 state.endpoint_flags[url] = flags_from_snapshot(snapshot)
+                tokens = _engine_kv_tokens(snapshot)
+                if tokens is not None:
+                    capacities.append(tokens)
             if state.tier.settings.vllm_args is None and state.endpoint_flags:
                 state.running = agreed_flags(state.endpoint_flags.values())
+            self._adopt_kv_capacity(state, min(capacities, default=None))
+
+    def _adopt_kv_capacity(self, state: _TierState, tokens: int | None) -> None:
+        # The least replica bounds the batch a request can count on; a change (an engine
+        # restarted with another memory budget) replans with the new knee.
+        if tokens is None or tokens == state.engine_kv_tokens:
+            return
+        state.engine_kv_tokens = tokens
+        settings = self._planner_settings(state)
+        if state.planner.settings != settings:
+            state.planner.reconfigure(settings)
 
     def _adopt_block_size(self, state: _TierState, snapshot: VllmMetricsSnapshot) -> None:
         # Replay must hash blocks of the engine's size (vLLM on CPU uses 128, on GPU 16).
@@ -533,7 +560,7 @@ class LiveObserver:
         advice = step.advice
         recommended = (advice.speculative, advice.prefix_caching)
         running = state.running.as_tuple()
-        model = CostModel.from_settings(self.settings.planner)
+        model = CostModel.from_settings(state.planner.settings)  # the engine's K, once known
         metrics.expected_cpt.labels(name, "recommended").set(advice.expected_cpt)
         if None not in running:
             cost = model.cpt(
@@ -580,7 +607,12 @@ class LiveObserver:
         now = self.clock()
         return {
             "tiers": {
-                name: self._report(name, state, now).to_dict()
+                name: {
+                    **self._report(name, state, now).to_dict(),
+                    # None: not reported yet; the planner's K then comes from the memory
+                    # estimate (`plan --from-gateway` reads it as the live planner does)
+                    "engine_kv_capacity_tokens": state.engine_kv_tokens,
+                }
                 for name, state in self._states.items()
             },
             "samples": {
@@ -601,6 +633,8 @@ class LiveObserver:
             entry: dict[str, Any] = {
                 "precision": state.tier.settings.precision,
                 "note": state.note,
+                # None: K comes from the memory estimate (no engine reported its KV blocks)
+                "engine_kv_capacity_tokens": state.engine_kv_tokens,
                 "running": {
                     "speculative": running.speculative,
                     "prefix_caching": running.prefix_caching,
@@ -643,3 +677,11 @@ __all__ = [
     "regime_of",
     "serving_endpoints",
 ]
+
+
+def _engine_kv_tokens(snapshot: VllmMetricsSnapshot) -> int | None:
+    """KV tokens the engine holds, from cache_config_info (None when it does not say)."""
+    cache = snapshot.cache_config
+    if cache is None or not cache.num_gpu_blocks or not cache.block_size:
+        return None
+    return cache.num_gpu_blocks * cache.block_size

@@ -92,8 +92,12 @@ class CostModel:
         return m.n_total * self.bytes_per_param(p)
 
     def kv_capacity_tokens(self, p: Precision) -> float:
-        """KV tokens that fit after the weights: (u * M_HBM - R_res - W(p)) / kappa."""
+        """KV tokens that fit after the weights: (u * M_HBM - R_res - W(p)) / kappa, or
+        what the engine reports (`cost.kv_capacity_tokens`, b.2 item 4)."""
         c = self.params
+        measured = c.kv_capacity_tokens.get(p)
+        if measured is not None:
+            return measured
         free = c.gpu_memory_fraction * self.hardware.hbm_bytes - c.reserve_bytes
         return max(0.0, free - self.weight_bytes(p)) / self.kv_bytes_per_token
 
@@ -118,6 +122,12 @@ class CostModel:
     def fit_problem(self, p: Precision) -> str:
         """Why K(p) is 0, in numbers (for notes and errors)."""
         c = self.params
+        measured = c.kv_capacity_tokens.get(p)
+        if measured is not None:
+            return (
+                f"K = 0, the engine holds {measured:.0f} KV tokens, fewer than one "
+                f"request's L_ctx {c.l_ctx}"
+            )
         budget = c.gpu_memory_fraction * self.hardware.hbm_bytes - c.reserve_bytes
         per_request = c.l_ctx * self.kv_bytes_per_token
         return (

@@ -97,6 +97,10 @@ class CostParams(_Frozen):
     # event loop, live); vLLM deployments run hundreds to a few thousand.
     max_num_seqs: int = Field(default=1024, gt=0, le=65536)
     mfu_prefill: float = Field(default=0.5, gt=0, le=1)
+    # b.2 item 4: the KV tokens an engine reports it holds (vllm:cache_config_info's
+    # num_gpu_blocks x block_size). Where given, K(p) comes from it instead of the X4 memory
+    # estimate, which misses activations, CUDA graphs and the real KV dtype.
+    kv_capacity_tokens: dict[Precision, Annotated[float, Field(gt=0)]] = Field(default_factory=dict)
     kv_bytes_per_element: float = Field(
         default=2.0, gt=0, description="b_kv (KV pinned to BF16, X6)"
     )

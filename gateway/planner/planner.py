@@ -350,6 +350,19 @@ def fixed_precision_settings(settings: Settings) -> Settings:
     )
 
 
+def with_engine_kv_capacity(
+    settings: Settings, precision: Precision, tokens: float | None
+) -> Settings:
+    """Settings whose K(precision) comes from the KV tokens the engine reports (b.2 item 4),
+    unless the configuration already sets that precision's capacity (the operator's word
+    wins) or nothing was reported."""
+    known = settings.cost.kv_capacity_tokens
+    if tokens is None or tokens <= 0 or precision in known:
+        return settings
+    cost = settings.cost.model_copy(update={"kv_capacity_tokens": {**known, precision: tokens}})
+    return settings.model_copy(update={"cost": cost})
+
+
 def plan_tier(
     regime: Regime,
     settings: Settings | None = None,

@@ -245,6 +245,16 @@ def test_invalid_concurrency() -> None:
         P0.b_eff(0, "fp16")
 
 
+def test_the_kv_capacity_an_engine_reports_replaces_the_memory_estimate() -> None:
+    """b.2 item 4: K(p) = reported KV tokens / L_ctx for the precisions it names."""
+    estimate = CostModel.preset()
+    measured = CostModel.preset(params=CostParams(kv_capacity_tokens={"fp16": 100 * 4096 + 5}))
+    assert measured.knee("fp16") == 100 != estimate.knee("fp16")
+    assert measured.knee("nvfp4") == estimate.knee("nvfp4")
+    tiny = CostModel.preset(params=CostParams(kv_capacity_tokens={"fp16": 4095}))
+    assert not tiny.fits("fp16") and "engine holds 4095 KV tokens" in tiny.fit_problem("fp16")
+
+
 def test_the_knee_is_capped_by_max_num_seqs() -> None:
     small = CostModel.preset(params=CostParams(max_num_seqs=64))
     for p in TIERS:

@@ -546,6 +546,28 @@ def test_plan_from_gateway_ignores_engine_r_under_a_per_batch_table_as_live(
     assert copy["speculative"] is True
 
 
+def test_plan_from_gateway_takes_the_knee_from_the_engines_kv_blocks_as_live(
+    admin_server: str,
+) -> None:
+    """The live planner's K comes from the KV tokens the engines report (b.2 item 4); the
+    CLI reads them from /admin/regime and plans with the same K."""
+    _Admin.body = {
+        "tiers": {
+            "copy": {
+                "precision": "bf16",
+                "concurrency": {"mean": 32.0},
+                "rho": {"lru": 0.5},
+                "r": {"r_reference": 0.6},
+                "engine_kv_capacity_tokens": 20 * 4096,
+            }
+        }
+    }
+    doc = _json(
+        ["plan", "--from-gateway", admin_server, "--json"], env={"TIERGATE_ADMIN_TOKEN": "s3cret"}
+    )
+    assert doc["tiers"]["copy"]["knee"] == 20 and doc["tiers"]["copy"]["b_eff"] == 20.0
+
+
 @pytest.mark.parametrize(
     ("yaml_text", "says"),
     [

@@ -408,3 +408,43 @@ def test_a_sampled_chat_is_tokenized_with_its_tools(monkeypatch: pytest.MonkeyPa
     assert queries[0]["tools"] == tools
     assert queries[0]["chat_template_kwargs"] == {"enable_thinking": False}
     assert "temperature" not in queries[0]
+
+
+def test_the_knee_comes_from_the_kv_blocks_the_engines_report(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """b.2 item 4: K = num_gpu_blocks x block_size / L_ctx from cache_config_info, the least
+    of the tier's replicas, instead of the memory estimate; /admin/regime shows it for
+    `plan --from-gateway`, and an engine restarted with another budget replans."""
+    replicas = ["http://127.0.0.1:8/v1", "http://127.0.0.1:9/v1"]
+    observer = observer_over(
+        [{**tier("nv", "nvfp4", 8), "endpoints": replicas}, tier("x", "bf16", 7)], {}
+    )
+    blocks = {replicas[0]: 6400, replicas[1]: 3200}  # x 16 tokens / 4096 (L_ctx): K 25, 12
+
+    async def get(endpoint: Any, _path: bytes) -> bytes:
+        info = (
+            'vllm:cache_config_info{block_size="16",enable_prefix_caching="True",'
+            f'num_gpu_blocks="{blocks[endpoint.endpoint.url]}"}} 1.0\n'
+        )
+        return _metrics_page(1e6, 1e5, 4.0) + info.encode()
+
+    monkeypatch.setattr(upstream, "get", get)
+    monkeypatch.setattr(RegimeTracker, "report", busy)  # 32 in flight: above either knee
+    backend = next(b for b in observer.tiers() if b.name == "nv")
+    backend.endpoints[:] = [
+        SimpleNamespace(endpoint=SimpleNamespace(url=url), healthy=True) for url in replicas
+    ]
+    observer.plan_once()
+    estimated = observer.plan_view()["nv"]["recommended"]["knee"]
+    assert estimated > 25  # the memory estimate of an NVFP4 30B on a B200 (438)
+    asyncio.run(observer.scrape_once())
+    observer.plan_once()
+    view = observer.plan_view()["nv"]
+    assert view["engine_kv_capacity_tokens"] == 3200 * 16
+    assert view["recommended"]["knee"] == 12 and view["recommended"]["b_eff"] == 12.0
+    assert observer.regime_view()["tiers"]["nv"]["engine_kv_capacity_tokens"] == 3200 * 16
+    blocks[replicas[1]] = 9600  # restarted with more memory: the other replica bounds it
+    asyncio.run(observer.scrape_once())
+    observer.plan_once()
+    assert observer.plan_view()["nv"]["recommended"]["knee"] == 25
