@@ -346,3 +346,29 @@ def test_the_pretest_message_says_when_nothing_was_measured() -> None:
     assert "nan" not in test.message
     assert "largest measured: none" in test.message
     assert not test.routing_pays
+
+
+def _two_rows_better_than_the_best_tier(n: int = 100) -> tuple[np.ndarray, np.ndarray]:
+    """No tier meets an absolute floor of 0.9 (0.85 and 0.88); a router that sends the cheap
+    tier only its 85 correct rows scores exactly 0.90, two rows above the top tier: a paired
+    difference of +0.02 whose one-sided 95 % bound is 0.02 - 1.645 * 0.1407 / 10 = -0.0031."""
+    cheap, top = np.zeros(n), np.zeros(n)
+    cheap[:85] = 1.0
+    top[2:90] = 1.0
+    proba = np.column_stack([np.where(np.arange(n) < 85, 0.95, 0.1), np.ones(n)])
+    return proba, np.column_stack([cheap, top])
+
+
+def test_a_routed_policy_above_the_floor_by_noise_does_not_beat_a_tier_below_it() -> None:
+    """Against a uniform tier below the floor, the paired bound must be at least zero: the
+    point estimate meets the floor, but two rows of 100 are not evidence, so no routing."""
+    proba, correct = _two_rows_better_than_the_best_tier()
+    naive = tune(proba, correct, COSTS, alpha=0.9, relative=False, confidence=None)
+    assert naive.routing_pays and naive.expected_quality == pytest.approx(0.9)
+    careful = tune(proba, correct, COSTS, alpha=0.9, relative=False)
+    assert not careful.routing_pays and careful.thresholds == (1.0,)
+    # The bound is the paired mean minus z times the sample sd (ddof=1) over sqrt(n).
+    d = correct[:, 0] * (proba[:, 0] > 0.5) + correct[:, 1] * (proba[:, 0] <= 0.5) - correct[:, 1]
+    bound = d.mean() - 1.6448536269514722 * d.std(ddof=1) / np.sqrt(d.size)
+    assert f"quality difference {bound:+.4f}, allowed +0.0000" in careful.message
+
