@@ -372,3 +372,13 @@ def test_a_routed_policy_above_the_floor_by_noise_does_not_beat_a_tier_below_it(
     bound = d.mean() - 1.6448536269514722 * d.std(ddof=1) / np.sqrt(d.size)
     assert f"quality difference {bound:+.4f}, allowed +0.0000" in careful.message
 
+
+def test_a_floor_met_only_by_noise_within_the_budget_is_judged_against_the_floor() -> None:
+    """The same noise within a budget: the floor is reachable (judged at the floor, not
+    called out of reach), the routed point is refused, and the budget's best tier stays."""
+    _, correct = _two_rows_better_than_the_best_tier()
+    swapped = correct[:, ::-1].copy()  # now the cheap tier scores 0.88, the top 0.85
+    routed = np.column_stack([np.where(np.arange(100) < 2, 0.1, 0.95), np.ones(100)])
+    result = tune(routed, swapped, COSTS, alpha=0.9, budget=0.5, relative=False)
+    assert not result.routing_pays and result.baseline.tier == 0
+    assert "below the floor" in result.message and "out of reach" not in result.message
