@@ -99,3 +99,9 @@ def test_absolute_probabilities_route_on_the_expected_loss_against_the_top_tier(
     assert doc["per_tier"]["cheap"]["ece"] == pytest.approx(0.117, abs=0.01)
     assert np.array_equal(routing_proba(proba, "relative"), proba)
     assert routing_proba_one((0.3, 1.0), "relative") == (0.3, 1.0)
+
+
+def test_ece_counts_a_probability_of_exactly_one() -> None:
+    """p = 1.0 falls in the last bin, not outside every bin (a model sure and wrong)."""
+    assert expected_calibration_error([1.0, 1.0], [0.0, 0.0]) == pytest.approx(1.0)
+
