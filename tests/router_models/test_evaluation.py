@@ -105,3 +105,14 @@ def test_ece_counts_a_probability_of_exactly_one() -> None:
     """p = 1.0 falls in the last bin, not outside every bin (a model sure and wrong)."""
     assert expected_calibration_error([1.0, 1.0], [0.0, 0.0]) == pytest.approx(1.0)
 
+
+def test_cpt_interpolates_and_takes_the_first_point_on_a_plateau() -> None:
+    """Four rows, the top tier fixes the first and third the router sends it: PGR is 0, 0.5,
+    0.5, 1, 1 at top-call shares 0, 0.25, 0.5, 0.75, 1. CPT(0.5) is the start of the plateau,
+    CPT(0.8) interpolates between 0.5 and 0.75, CPT(0) is the first point."""
+    correct = np.array([[0, 1], [1, 1], [0, 1], [1, 1]], dtype=float)
+    proba = np.array([[0.1, 1.0], [0.2, 1.0], [0.3, 1.0], [0.4, 1.0]])
+    apgr, cpts = apgr_cpt(proba, correct, (0.25, 1.0), levels=(0.0, 0.5, 0.8))
+    assert apgr == pytest.approx(0.625)
+    assert cpts == [0.0, 0.25, pytest.approx(0.65)]
+
