@@ -116,3 +116,8 @@ def test_cpt_interpolates_and_takes_the_first_point_on_a_plateau() -> None:
     assert apgr == pytest.approx(0.625)
     assert cpts == [0.0, 0.25, pytest.approx(0.65)]
 
+
+def test_apgr_is_undefined_when_the_top_tier_is_no_better() -> None:
+    correct = np.array([[0, 1], [1, 0]], dtype=float)
+    proba = np.array([[0.2, 1.0], [0.7, 1.0]])
+    assert apgr_cpt(proba, correct, (0.25, 1.0)) == (None, [None, None])
