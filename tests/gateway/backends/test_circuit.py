@@ -101,3 +101,21 @@ def test_a_verdict_on_a_request_sent_before_the_ejection_counts_for_nothing() ->
     assert breaker.state is CircuitState.HALF_OPEN and not breaker.can_send()
     breaker.on_success(trial)
     assert breaker.state is CircuitState.CLOSED and breaker.ejections == 0
+
+
+def test_an_old_request_failing_after_the_circuit_closed_again_counts() -> None:
+    """Stale verdicts are ignored only while the circuit is not closed: once a trial has
+    closed it, a failure is news about the endpoint, whenever its request was sent."""
+    clock = Clock()
+    breaker = CircuitBreaker(failure_threshold=2, base_ejection_s=5.0, clock=clock)
+    old = breaker.on_send()
+    clock.now += 1.0
+    breaker.on_failure()
+    breaker.on_failure()
+    assert breaker.state is CircuitState.OPEN
+    clock.now += 5.0
+    breaker.on_success(breaker.on_send())  # the trial closes it
+    assert breaker.state is CircuitState.CLOSED
+    breaker.on_failure(old)
+    breaker.on_failure()
+    assert breaker.state is CircuitState.OPEN
