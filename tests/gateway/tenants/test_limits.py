@@ -382,3 +382,11 @@ def test_a_responses_request_is_estimated_as_one_answer_whatever_its_n(n: object
     request = {"input": "hi", "max_output_tokens": 100, "n": n}
     ticket = asyncio.run(admission.admit(tenant, request, 0, "responses"))
     assert ticket.estimate == 100
+
+
+def test_an_extra_release_does_not_raise_the_concurrency_limit() -> None:
+    limiter = TenantLimiter(TenantLimits(max_concurrency=1))
+    limiter.release(1, None)  # a release without its admit (a double release)
+    limiter.admit(1)
+    with pytest.raises(RateLimitError, match="concurrent"):
+        limiter.admit(1)
