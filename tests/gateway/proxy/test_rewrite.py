@@ -7,7 +7,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.proxy.rewrite import ModelRewriter, SSEBuffer, split_usage_event, usage_counts
+from gateway.proxy.rewrite import (
+    ModelRewriter,
+    SSEBuffer,
+    only_opening_events,
+    split_usage_event,
+    usage_counts,
+)
 
 
 def test_model_rewriter_touches_only_the_model_key() -> None:
@@ -101,3 +107,12 @@ def test_split_usage_event_with_a_space_after_the_colon() -> None:
     usage = b'data: {"choices":[], "usage": {"prompt_tokens": 1, "completion_tokens": 2}}\n\n'
     done = b"data: [DONE]\n\n"
     assert split_usage_event(first + usage + done) == (first + done, usage)
+
+
+def test_only_opening_events_needs_an_opening_event() -> None:
+    """A keep-alive comment or an empty read is no opening event: it does not hold back the
+    first-token time or the first-byte wait as if the engine were still scheduling."""
+    opening = b'event: response.created\ndata: {"type":"response.created"}\n\n'
+    assert only_opening_events("responses", opening)
+    assert not only_opening_events("responses", b": keep-alive\n\n")
+    assert not only_opening_events("responses", b"")
