@@ -109,6 +109,13 @@ def test_split_usage_event_with_a_space_after_the_colon() -> None:
     assert split_usage_event(first + usage + done) == (first + done, usage)
 
 
+def test_usage_counts_needs_both_counts_to_be_integers() -> None:
+    """A usage object with a null completion count has no counts to charge: None, not a
+    pair with None in it (callers subtract and add them)."""
+    assert usage_counts(b'{"usage":{"prompt_tokens":10,"completion_tokens":null}}') is None
+    assert usage_counts(b'{"usage":{"prompt_tokens":10,"completion_tokens":3}}') == (10, 3)
+
+
 def test_only_opening_events_needs_an_opening_event() -> None:
     """A keep-alive comment or an empty read is no opening event: it does not hold back the
     first-token time or the first-byte wait as if the engine were still scheduling."""
