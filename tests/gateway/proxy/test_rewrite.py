@@ -116,6 +116,12 @@ def test_usage_counts_needs_both_counts_to_be_integers() -> None:
     assert usage_counts(b'{"usage":{"prompt_tokens":10,"completion_tokens":3}}') == (10, 3)
 
 
+def test_split_usage_event_keeps_an_empty_choices_event_without_usage() -> None:
+    """`"choices":[]` alone is not the usage event the gateway asked for: it stays."""
+    events = b'data: {"id":"c","choices":[]}\n\ndata: {"choices":[{"delta":{}}]}\n\n'
+    assert split_usage_event(events) == (events, b"")
+
+
 def test_only_opening_events_needs_an_opening_event() -> None:
     """A keep-alive comment or an empty read is no opening event: it does not hold back the
     first-token time or the first-byte wait as if the engine were still scheduling."""
