@@ -310,3 +310,9 @@ def test_breakeven_table_writes_a_never_paying_speculation_as_null() -> None:
     table = breakeven_table(heavy, concurrencies=(1024,))
     assert table["r_star"]["fp16"]["1024"] is None
     json.dumps(table, allow_nan=False)  # raises on inf or nan
+
+
+def test_the_best_speculation_length_can_be_the_longest_allowed() -> None:
+    """At full acceptance and C = 1 every extra draft token pays, so k_max itself wins."""
+    assert P0.best_num_speculative_tokens("fp16", 1, 1.0, k_max=3) == 3
+
