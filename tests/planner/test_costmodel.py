@@ -316,3 +316,9 @@ def test_the_best_speculation_length_can_be_the_longest_allowed() -> None:
     """At full acceptance and C = 1 every extra draft token pays, so k_max itself wins."""
     assert P0.best_num_speculative_tokens("fp16", 1, 1.0, k_max=3) == 3
 
+
+def test_the_expert_union_of_a_step_is_at_least_one_tokens_experts() -> None:
+    """X1 below C = 1 (an idle-paid GPU): a step still routes one token, not a fraction."""
+    union = CostModel.preset(params=CostParams(extensions=Extensions(expert_union=True)))
+    assert union.decode_step_seconds("fp16", 0.5) == union.decode_step_seconds("fp16", 1.0)
+
