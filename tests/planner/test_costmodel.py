@@ -322,3 +322,15 @@ def test_the_expert_union_of_a_step_is_at_least_one_tokens_experts() -> None:
     union = CostModel.preset(params=CostParams(extensions=Extensions(expert_union=True)))
     assert union.decode_step_seconds("fp16", 0.5) == union.decode_step_seconds("fp16", 1.0)
 
+
+def test_under_x1_the_fixed_speculation_cost_is_over_the_plain_step() -> None:
+    """R = verify/plain + t0 / t_w(p) + beta k m B: t0 is a share of the plain step (a.2),
+    not of the wider verify step the expert union makes slower."""
+    union = CostModel.preset(params=CostParams(extensions=Extensions(expert_union=True)))
+    c, b = union.params, 8.0
+    k, m = c.num_speculative_tokens, c.draft_coverage
+    plain = union.decode_step_seconds("fp16", b)
+    verify = union.decode_step_seconds("fp16", b, 1.0 + k * m)
+    assert verify > plain
+    rest = union.spec_step_inflation("fp16", b) - verify / plain - c.beta * k * m * b
+    assert rest == pytest.approx(union.t0_seconds / plain, rel=1e-9)
