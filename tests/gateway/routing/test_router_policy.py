@@ -449,3 +449,25 @@ def test_a_recalibrated_model_is_read_on_its_own_ladder() -> None:
     decision = policy.decide(request, "chat", tenant)
     assert decision.probabilities == (0.7, 1.0)
     assert decision.tier == 0 and decision.probability == 0.7
+
+
+def test_a_tenant_without_the_top_tier_falls_back_to_its_own_best_tier() -> None:
+    """No allowed tier clears its threshold: the request goes to the best tier the tenant
+    may use (w4a16), never to the gateway's top tier it is not allowed."""
+    tiers = [
+        {"name": name, "precision": name, "endpoints": [f"http://127.0.0.1:{9000 + i}/v1"]}
+        for i, name in enumerate(("nvfp4", "w4a16", "bf16"))
+    ]
+    tenant = {
+        "name": "t",
+        "api_keys": ["k"],
+        "allowed_tiers": ["nvfp4", "w4a16"],
+        "thresholds": {"nvfp4": 1.0, "w4a16": 1.0},
+    }
+    config = parse_settings({"model": MODEL, "tiers": tiers, "tenants": [tenant]})
+    policy = build_policy(config)
+    restricted = TenantRegistry(config, {}).tenants["t"]
+    for question in QUESTIONS:
+        request = {"model": MODEL, "messages": [{"role": "user", "content": question}]}
+        assert policy.decide(request, "chat", restricted).tier == 1
+
