@@ -471,3 +471,34 @@ def test_a_tenant_without_the_top_tier_falls_back_to_its_own_best_tier() -> None
         request = {"model": MODEL, "messages": [{"role": "user", "content": question}]}
         assert policy.decide(request, "chat", restricted).tier == 1
 
+
+def test_a_reload_with_new_tier_costs_recomputes_the_pre_test(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The kept pre-test is keyed by the costs too: a reload that reprices a tier must not
+    report the verdict computed at the old prices."""
+    monkeypatch.setattr("gateway.routing.router._PRETESTS", {})
+    tenants = [{"name": "t", "api_keys": ["k"], "alpha": 0.99}]
+    verdicts = []
+    for cheap_cost in (0.25, 0.95):
+        tiers = [
+            {
+                "name": "nvfp4",
+                "precision": "nvfp4",
+                "cost": cheap_cost,
+                "endpoints": ["http://127.0.0.1:9001/v1"],
+            },
+            {"name": "bf16", "precision": "bf16", "endpoints": ["http://127.0.0.1:9002/v1"]},
+        ]
+        config = parse_settings({"model": MODEL, "tiers": tiers, "tenants": tenants})
+        policy = build_policy(config)
+        assert isinstance(policy, RouterPolicy) and policy.validation is not None
+        columns = list(policy.positions)
+        expected = pretest(
+            policy.validation.proba[:, columns],
+            policy.validation.correct[:, columns],
+            [tier.relative_cost for tier in config.tiers],
+        )
+        assert policy.routing["t"].pretest == expected.message
+        verdicts.append(expected.message)
+    assert verdicts[0] != verdicts[1]
