@@ -13,6 +13,7 @@ import pytest
 from gateway.observer.prefix_replay import PrefixCacheReplay
 from gateway.observer.regime import RegimeTracker, TrackerConfig
 from gateway.observer.sampling_key import (
+    HASH_RANGE,
     PROMPT_HEAD,
     ArrivalRate,
     budget_rate,
@@ -258,3 +259,9 @@ def test_arrival_rate() -> None:
     assert updated == 49 and arrivals.per_s == pytest.approx(100.0, rel=0.02)
     assert arrivals.arrived(now + 600.0)  # ten idle minutes: the rate falls at once
     assert arrivals.per_s < 1.0
+
+
+def test_a_zero_rate_samples_nothing_and_a_full_rate_everything() -> None:
+    assert not is_sampled(0, 0.0)  # the lowest hash too: rate 0 is off
+    assert is_sampled(HASH_RANGE - 1, 1.0)
+
