@@ -265,3 +265,9 @@ def test_a_zero_rate_samples_nothing_and_a_full_rate_everything() -> None:
     assert not is_sampled(0, 0.0)  # the lowest hash too: rate 0 is off
     assert is_sampled(HASH_RANGE - 1, 1.0)
 
+
+def test_the_held_rate_never_drops_below_the_current_one_when_the_budget_allows_it() -> None:
+    """A rate off the budget's steps (the sample rate changed on a reload) that the budget
+    does not need lowered stays: the hysteresis may delay a rise, never cause a drop."""
+    assert budget_rate(1.0, 0.9, 1.0) == 1.0  # the budget would allow the full rate
+    assert held_rate(0.9, 1.0, 0.9, 1.0) == 0.9
