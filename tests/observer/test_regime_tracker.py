@@ -289,3 +289,15 @@ def test_the_planners_c_is_per_engine() -> None:
     assert per_engine_concurrency(20.0, 12.0, 2) == 12.0
     assert per_engine_concurrency(None, 40.0, 2) == 40.0
     assert per_engine_concurrency(None, None, 2) is None
+
+
+def test_the_peak_is_a_level_held_for_some_time() -> None:
+    """A second request that starts and ends at the same instant adds no in-flight time:
+    the peak is 1 (held for 3 s), not 2 (held for none)."""
+    tr = RegimeTracker(TrackerConfig(window_s=60, bucket_s=10))
+    tr.request_started("t", "a", 1.0)
+    tr.request_started("t", "a", 2.0)
+    tr.request_finished("t", "a", 2.0)
+    tr.request_finished("t", "a", 4.0)
+    assert tr.report("t", 10.0).concurrency.max == 1.0
+
