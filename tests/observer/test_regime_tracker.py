@@ -301,3 +301,16 @@ def test_the_peak_is_a_level_held_for_some_time() -> None:
     tr.request_finished("t", "a", 4.0)
     assert tr.report("t", 10.0).concurrency.max == 1.0
 
+
+def test_a_late_event_in_the_same_bucket_takes_no_time_back() -> None:
+    """An event stamped before the last one (queued from another task) must not credit
+    negative seconds: [1, 3] and [3, 5] count 2 s each at level 1, nothing else."""
+    tr = RegimeTracker(TrackerConfig(window_s=60, bucket_s=10))
+    tr.request_started("t", "a", 1.0)
+    tr.request_started("t", "a", 3.0)
+    tr.request_finished("t", "a", 2.0)  # late
+    tr.request_finished("t", "a", 5.0)
+    series = tr._series[("t", "*")]
+    seconds = series.window(10.0)[0].level_seconds
+    assert seconds == {1: pytest.approx(4.0)}
+
