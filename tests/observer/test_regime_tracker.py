@@ -314,3 +314,12 @@ def test_a_late_event_in_the_same_bucket_takes_no_time_back() -> None:
     seconds = series.window(10.0)[0].level_seconds
     assert seconds == {1: pytest.approx(4.0)}
 
+
+def test_samples_in_one_bucket_share_it() -> None:
+    """Many samples within one bucket's time add to that bucket, not one bucket each."""
+    cfg = TrackerConfig(window_s=10, bucket_s=1)
+    tr = RegimeTracker(cfg)
+    for i in range(100):
+        tr.prompt_sampled("t", "a", 5.0 + i / 1000, [1, 2, 3, 4] * 8)
+    series = tr._series[("t", "*")]
+    assert len(series._buckets) == 1 and series._buckets[0].prompts == 100
