@@ -384,3 +384,10 @@ def test_a_floor_met_only_by_noise_within_the_budget_is_judged_against_the_floor
     result = tune(routed, swapped, COSTS, alpha=0.9, budget=0.5, relative=False)
     assert not result.routing_pays and result.baseline.tier == 0
     assert "below the floor" in result.message and "out of reach" not in result.message
+
+
+def test_the_two_type_split_never_separates_tied_risks() -> None:
+    """Requests with the same risk are indistinguishable to the router: one group."""
+    assert split_two_types([0.3] * 10).all()
+    easy = split_two_types([0.1, 0.1, 0.1, 0.9, 0.9])
+    assert easy.tolist() == [True, True, True, False, False]
