@@ -33,8 +33,8 @@ test-fast: venv
 	$(BIN)/python -m pytest -q -m "not vllm and not prometheus and not slow"
 
 lint: venv
-	$(BIN)/ruff check gateway router_models tests benchmarks setup.py
-	$(BIN)/ruff format --check gateway router_models tests benchmarks setup.py
+	$(BIN)/ruff check gateway router_models deploy tests benchmarks setup.py
+	$(BIN)/ruff format --check gateway router_models deploy tests benchmarks setup.py
 	$(BIN)/mypy
 
 # The router's hot path compiled with mypyc (setup.py) into $(COMPILED), beside the editable
