@@ -149,20 +149,27 @@ def tune(
     slack = 0.0 if floor is None else min(0.0, floor - baseline.quality)
     lower = front.quality - baseline.quality - z * _paired_se(front, baseline.quality)
     pick, reachable = _pick(front, floor, budget, lower >= slack - _TOL)
-    feasible = feasible and reachable
     if pick is None:
         return _fallback(
             baseline,
             len(costs),
             floor=floor,
             budget=budget,
-            feasible=False,
+            feasible=feasible,
             message="no routed policy fits",
         )
     cost, quality = float(front.cost[pick]), float(front.quality[pick])
     bound = float(lower[pick])
+    if floor is not None and feasible and not reachable:
+        # A uniform tier (one the routed frontier does not pass through, a middle one)
+        # meets the floor within the budget and no routed policy does: that tier it is.
+        pays = False
+        judged = (
+            f"no routed policy meets the floor {floor:.4f} within the budget; uniform tier "
+            f"{baseline.tier} does at cost {baseline.cost:.4f}"
+        )
     # A floor out of reach within a budget leaves the budget's best quality, judged as such.
-    if floor is not None and (reachable or budget is None):
+    elif floor is not None and (reachable or budget is None):
         # A uniform tier below the floor (none meets it within the budget) is no cost
         # benchmark: a routed policy that meets the floor beats it at any cost in the budget.
         baseline_meets = baseline.quality >= floor - _TOL

@@ -391,3 +391,30 @@ def test_the_two_type_split_never_separates_tied_risks() -> None:
     assert split_two_types([0.3] * 10).all()
     easy = split_two_types([0.1, 0.1, 0.1, 0.9, 0.9])
     assert easy.tolist() == [True, True, True, False, False]
+
+
+def test_the_pretest_interval_is_the_central_95_percent_of_the_finite_draws() -> None:
+    """The pre-test reports 95% intervals: the 2.5% and 97.5% quantiles of the bootstrap
+    draws that are finite (a resample whose top tier is no better than the cheapest draws
+    NaN)."""
+    from router_models.pretest import _interval
+
+    draws = np.r_[np.arange(1001.0), np.nan, np.inf, -np.inf]
+    assert _interval(draws) == (25.0, 975.0)
+    low, high = _interval(np.full(3, np.nan))
+    assert np.isnan(low) and np.isnan(high)
+
+
+def test_a_floor_that_only_a_middle_uniform_tier_meets_within_the_budget_is_met() -> None:
+    """Three tiers; the middle one meets the floor within the budget, and no routed policy
+    does (the routed frontier runs from the cheapest tier to the top, past the middle
+    one): tune returns that tier and says the floor is met. It said "the floor is out of
+    reach within the budget" and feasible false while returning the tier that meets it."""
+    correct = np.array([[0, 1, 1], [1, 1, 0], [0, 1, 1], [1, 0, 1], [0, 0, 1], [0, 1, 0]])
+    proba = np.array(
+        [[0.1, 0.3, 1], [0.4, 0.5, 1], [0.3, 0.4, 1], [0.3, 0.5, 1], [0.3, 0.9, 1], [0.3, 0.6, 1]]
+    )
+    result = tune(proba, correct, (0.25, 0.5, 1.0), alpha=1.0, budget=0.6, confidence=None)
+    assert not result.routing_pays and result.thresholds == (1.0, 0.0)  # all on tier 1
+    assert result.expected_cost == 0.5 and result.expected_quality >= result.floor
+    assert result.feasible and "out of reach" not in result.message

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import pytest
@@ -502,3 +503,27 @@ def test_a_reload_with_new_tier_costs_recomputes_the_pre_test(
         assert policy.routing["t"].pretest == expected.message
         verdicts.append(expected.message)
     assert verdicts[0] != verdicts[1]
+
+
+def test_the_kept_pre_tests_are_bounded_and_the_oldest_goes_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each reload with new costs keys a new pre-test: the cache stays at its bound,
+    dropping the oldest, and a kept key is not computed again."""
+    from gateway.routing import router
+
+    kept: dict[tuple[object, ...], Any] = {}
+    monkeypatch.setattr(router, "_PRETESTS", kept)
+    computed: list[int] = []
+    kept_pretest: Any = router._kept_pretest  # stand-in verdicts: strings
+
+    def compute(i: int) -> Any:
+        computed.append(i)
+        return f"pre-test {i}"
+
+    for i in range(router._MAX_PRETESTS + 3):
+        assert kept_pretest((i,), partial(compute, i)) == f"pre-test {i}"
+    assert len(kept) == router._MAX_PRETESTS
+    assert (0,) not in kept and (2,) not in kept and (3,) in kept
+    assert kept_pretest((3,), partial(compute, -1)) == "pre-test 3"
+    assert -1 not in computed
