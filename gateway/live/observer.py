@@ -213,6 +213,9 @@ class _TierState:
     # KV tokens the tier's engines hold (the least of its replicas' cache_config_info):
     # the planner's K comes from it once scraped.
     engine_kv_tokens: float | None = None
+    # Last reported per endpoint: a replica missing one scrape keeps bounding the tier's K
+    # (else K would rise to the others' and replan, resetting confirmations, on every miss).
+    endpoint_kv_tokens: dict[str, int] = field(default_factory=dict)
 
 
 class LiveObserver:
@@ -284,6 +287,11 @@ class LiveObserver:
                 # Replicas removed by the reload are gone; URLs as the scraper keys them.
                 urls = {e.url for e in tier.settings.parsed_endpoints}
                 kept.endpoint_flags = {u: f for u, f in kept.endpoint_flags.items() if u in urls}
+                kept.endpoint_kv_tokens = {
+                    u: t for u, t in kept.endpoint_kv_tokens.items() if u in urls
+                }
+                if kept.endpoint_kv_tokens:
+                    kept.engine_kv_tokens = min(kept.endpoint_kv_tokens.values())
                 kept.tracker.retain_endpoints(tier.name, urls)
                 if tier.settings.vllm_args is not None:  # the operator says what runs now
                     kept.running = flags_from_args(tier.settings.vllm_args)
@@ -474,7 +482,6 @@ class LiveObserver:
     async def scrape_once(self) -> None:
         now = self.clock()
         for name, state in self._states.items():
-            capacities: list[int] = []
             for endpoint in state.tier.endpoints:
                 text = await upstream.get(endpoint, b"/metrics")
                 if text is None:
@@ -489,10 +496,10 @@ class LiveObserver:
                 state.endpoint_flags[url] = flags_from_snapshot(snapshot)
                 tokens = _engine_kv_tokens(snapshot)
                 if tokens is not None:
-                    capacities.append(tokens)
+                    state.endpoint_kv_tokens[url] = tokens
             if state.tier.settings.vllm_args is None and state.endpoint_flags:
                 state.running = agreed_flags(state.endpoint_flags.values())
-            self._adopt_kv_capacity(state, min(capacities, default=None))
+            self._adopt_kv_capacity(state, min(state.endpoint_kv_tokens.values(), default=None))
 
     def _adopt_kv_capacity(self, state: _TierState, tokens: int | None) -> None:
         # The least replica bounds the batch a request can count on; a change (an engine

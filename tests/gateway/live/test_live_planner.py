@@ -448,3 +448,42 @@ def test_the_knee_comes_from_the_kv_blocks_the_engines_report(
     asyncio.run(observer.scrape_once())
     observer.plan_once()
     assert observer.plan_view()["nv"]["recommended"]["knee"] == 25
+
+
+def test_a_replica_missing_a_scrape_keeps_the_tiers_kv_capacity(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """K is the least replica's: the smaller one missing a scrape (busy, restarting) must not
+    raise it to the other's, nor reset the planner's confirmations on every such miss."""
+    replicas = ["http://127.0.0.1:8/v1", "http://127.0.0.1:9/v1"]
+    observer = observer_over(
+        [{**tier("nv", "nvfp4", 8), "endpoints": replicas}, tier("x", "bf16", 7)], {}
+    )
+    blocks = {replicas[0]: 6400, replicas[1]: 3200}
+    answering = set(replicas)
+
+    async def get(endpoint: Any, _path: bytes) -> bytes | None:
+        url = endpoint.endpoint.url
+        if url not in blocks or url not in answering:
+            return None
+        info = (
+            'vllm:cache_config_info{block_size="16",enable_prefix_caching="True",'
+            f'num_gpu_blocks="{blocks[url]}"}} 1.0\n'
+        )
+        return _metrics_page(1e6, 1e5, 4.0) + info.encode()
+
+    monkeypatch.setattr(upstream, "get", get)
+    backend = next(b for b in observer.tiers() if b.name == "nv")
+    backend.endpoints[:] = [
+        SimpleNamespace(endpoint=SimpleNamespace(url=url), healthy=True) for url in replicas
+    ]
+    asyncio.run(observer.scrape_once())
+    planner = observer._states["nv"].planner
+    reconfigured: list[object] = []
+    monkeypatch.setattr(planner, "reconfigure", reconfigured.append)
+    answering.discard(replicas[1])
+    asyncio.run(observer.scrape_once())
+    assert observer.plan_view()["nv"]["engine_kv_capacity_tokens"] == 3200 * 16
+    answering.add(replicas[1])
+    asyncio.run(observer.scrape_once())
+    assert reconfigured == []
