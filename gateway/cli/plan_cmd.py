@@ -451,6 +451,16 @@ def _gateway_plans(
     )
 
     doc = fetch_gateway_regime(url, os.environ.get(ADMIN_TOKEN_ENV))
+    measured_on = doc.get("hardware")
+    # The engines' KV capacities hold on their GPU only: planning for another GPU keeps its
+    # memory estimate (the regime itself carries over).
+    same_gpu = not isinstance(measured_on, str) or measured_on == settings.hardware.name
+    if not same_gpu:
+        typer.echo(
+            f"note: the gateway's engines run on {measured_on}, not {settings.hardware.name}: "
+            "K comes from the memory estimate, not their KV capacity",
+            err=True,
+        )
     tiers: dict[str, dict[str, Any]] = {}
     per_batch_table = settings.serve.batch_dependent_speculation
     for name, tier in tier_regimes_from_gateway(doc, engine_r_usable=not per_batch_table).items():
@@ -462,7 +472,7 @@ def _gateway_plans(
         # K of the tier's precision from its engines, as the live planner takes it.
         known = (
             settings
-            if precision is None
+            if precision is None or not same_gpu
             else with_engine_kv_capacity(settings, precision, tier.kv_capacity_tokens)
         )
         if precision is not None and not reselect:

@@ -622,6 +622,9 @@ class LiveObserver:
                 }
                 for name, state in self._states.items()
             },
+            # The GPU the engines (and their KV capacities) are planned as: `plan
+            # --from-gateway` for another one must not take this one's capacities.
+            "hardware": self.settings.planner.hardware.name,
             "samples": {
                 "processed": self.processed,
                 "dropped": self.dropped,

@@ -568,6 +568,27 @@ def test_plan_from_gateway_takes_the_knee_from_the_engines_kv_blocks_as_live(
     assert doc["tiers"]["copy"]["knee"] == 20 and doc["tiers"]["copy"]["b_eff"] == 20.0
 
 
+def test_plan_from_gateway_for_another_gpu_keeps_that_gpus_knee(admin_server: str) -> None:
+    """The engines' KV capacity holds on their GPU: engines on B200 (438 NVFP4 requests) must
+    not give the H200 plan their knee (H200 holds 312)."""
+    _Admin.body = {
+        "hardware": "b200",
+        "tiers": {
+            "nv": {
+                "precision": "nvfp4",
+                "concurrency": {"mean": 400.0},
+                "rho": {"lru": 0.3},
+                "r": {"r_reference": 0.3},
+                "engine_kv_capacity_tokens": 438 * 4096,
+            }
+        },
+    }
+    args = ["plan", "--from-gateway", admin_server, "--json"]
+    env = {"TIERGATE_ADMIN_TOKEN": "s3cret"}
+    assert _json([*args, "--hardware", "b200"], env=env)["tiers"]["nv"]["knee"] == 438
+    assert _json([*args, "--hardware", "h200"], env=env)["tiers"]["nv"]["knee"] == 312
+
+
 @pytest.mark.parametrize(
     ("yaml_text", "says"),
     [
