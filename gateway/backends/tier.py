@@ -258,6 +258,13 @@ def build_tiers(
     return tiers
 
 
+def served_name(tier: TierBackend, endpoint: EndpointState) -> str:
+    """The model name to send `endpoint`: its tier's in the running configuration. A request
+    that picked it from a tier a reload has since replaced (queued, failing over, a shadow
+    replay) goes out under the name its engine serves now."""
+    return (endpoint.owner or tier).served_model_name
+
+
 def endpoints_by_url(tiers: list[TierBackend]) -> dict[str, EndpointState]:
     return {state.url: state for tier in tiers for state in tier.endpoints}
 

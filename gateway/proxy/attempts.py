@@ -24,7 +24,7 @@ from gateway.backends.h1client import (
     UpstreamTimeout,
     UpstreamTooLarge,
 )
-from gateway.backends.tier import EndpointState, TierBackend
+from gateway.backends.tier import EndpointState, TierBackend, served_name
 from gateway.config import TimeoutSettings
 from gateway.errors import (
     ServiceUnavailableError,
@@ -124,9 +124,7 @@ class Attempter:
         if asked - exchange.started >= self.timeouts.total_s:
             endpoint.slot_freed()  # a slot handed over from the queue goes to the next waiter
             raise _past_deadline()
-        # The endpoint's tier in the running configuration names the model it serves: a
-        # request queued (or failing over) across a reload goes out under the new name.
-        served = (endpoint.owner or tier).served_model_name
+        served = served_name(tier, endpoint)  # a reload may have renamed it
         endpoint.inflight += 1
         sent_at = endpoint.circuit.on_send()
         for listener in self.listeners:

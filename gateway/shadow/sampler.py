@@ -24,7 +24,7 @@ from typing import Any, Protocol
 import orjson
 
 from gateway.backends.h1client import UpstreamFailure
-from gateway.backends.tier import TierBackend
+from gateway.backends.tier import TierBackend, served_name
 from gateway.config import Settings
 from gateway.metrics import GatewayMetrics
 from gateway.observer.completions import completion_texts
@@ -356,7 +356,8 @@ class ShadowSampler:
         endpoint = target.pick()
         if endpoint is None:
             return None
-        request = {**exchange.request, "model": target.served_model_name, "stream": False}
+        model = served_name(target, endpoint)
+        request = {**exchange.request, "model": model, "stream": False}
         request.pop("stream_options", None)
         path = endpoint.paths[exchange.kind]
         self.inflight += 1

@@ -251,3 +251,70 @@ def test_a_replay_waits_no_longer_than_the_gateways_own_timeouts() -> None:
             assert gw.app.shadow.inflight == 0
     finally:
         slow.stop()
+
+
+def test_a_replay_picked_from_a_tier_a_reload_replaced_names_the_engines_new_model() -> None:
+    """An evaluation holds the tier list it started with; a reload that renames what a kept
+    endpoint serves (its engine restarted under another --served-model-name) must not send
+    the replay under the old name (the engine's 404 lost the label)."""
+    import asyncio
+
+    from prometheus_client import CollectorRegistry
+
+    from gateway.backends.tier import build_tiers, endpoints_by_url
+    from gateway.config import parse_settings
+    from gateway.metrics import GatewayMetrics
+    from gateway.shadow.sampler import ShadowSampler
+    from gateway.stats import CompletedExchange
+    from tests.helpers import Sim, free_port
+
+    engine = Sim("bf16", free_port(), "renamed").start()
+    try:
+        data: dict[str, Any] = {
+            "model": MODEL,
+            "tiers": [
+                {  # never asked here
+                    "name": "nvfp4",
+                    "precision": "nvfp4",
+                    "endpoints": [f"http://127.0.0.1:{free_port()}/v1"],
+                },
+                {
+                    "name": "bf16",
+                    "precision": "bf16",
+                    "endpoints": [f"{engine.url}/v1"],
+                    "served_model_name": "old",
+                },
+            ],
+            "tenants": [{"name": "default", "api_keys": [API_KEY]}],
+            "shadow": {"rate": 1.0},
+        }
+        before = parse_settings(data)
+        old = build_tiers(before)
+        data["tiers"][1]["served_model_name"] = "renamed"
+        new = build_tiers(parse_settings(data), endpoints_by_url(old))
+        for tier in new:
+            tier.adopt_endpoints()  # the reload is installed
+        sampler = ShadowSampler(before, GatewayMetrics(CollectorRegistry()), lambda: new)
+        exchange = CompletedExchange(
+            tenant="default",
+            kind="chat",
+            tier="nvfp4",
+            tier_index=0,
+            request={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+            body=b"",
+            probability=None,
+            probabilities=None,
+            reason="router",
+        )
+
+        async def replay() -> str | None:
+            try:
+                return await sampler._replay(old[1], exchange)
+            finally:
+                for tier in new:
+                    tier.close()
+
+        assert asyncio.run(replay())
+        assert engine.stats()["requests"] == 1
+    finally:
+        engine.stop()
