@@ -3,7 +3,11 @@
 httptools keeps a request line and its headers in memory until the blank line that ends
 them, however long they grow: one client could hold hundreds of megabytes per connection
 with one endless header, before any API key is looked at. Past `MAX_HEAD_BYTES` the
-connection gets uvicorn's own 400 and is closed.
+connection gets a 400 and is closed.
+
+A request httptools cannot parse (a NUL in a header, a Content-Length beside a
+Transfer-Encoding, a bad chunk size) gets a 400 in OpenAI's error shape naming the parser's
+reason, not uvicorn's plain-text "Invalid HTTP request received.".
 
 uvicorn times out idle keep-alive connections, not a head that trickles in (slowloris): a
 connection whose head is not whole `HEAD_TIMEOUT_S` after it began is closed. One coarse
@@ -14,12 +18,14 @@ request would cost more than the rest of the head's handling.
 from __future__ import annotations
 
 import asyncio
+import sys
 import weakref
 from typing import Final
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.coarse_timers import CoarseTimers
+from gateway.errors import InvalidRequestError
 
 # Generous beside what an OpenAI client sends (a few hundred bytes) or an Ingress passes on
 # (nginx: 32 KiB by default). Reads are counted whole, so the bound is met one read
@@ -78,6 +84,27 @@ class BoundedHeadProtocol(HttpToolsProtocol):
                 self.send_400_response("Request line and headers are too large.")
                 return
         super().data_received(data)
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's 400 for a request it cannot parse, as OpenAI-shaped JSON: clients and
+        SDKs read `error.message`, and uvicorn's own body is plain text with no reason."""
+        # uvicorn calls this inside its `except httptools.HttpParserError`: the parser's
+        # own reason ("Invalid header value char", "Duplicate Content-Length") says more.
+        reason = sys.exception()
+        message = f"Invalid HTTP request: {reason}." if reason is not None else msg
+        body = InvalidRequestError(message, code="invalid_http_request").body()
+        head = [b"HTTP/1.1 400 Bad Request\r\n"]
+        head += [
+            name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers
+        ]
+        head += [
+            b"content-type: application/json\r\n",
+            b"content-length: %d\r\n" % len(body),
+            b"connection: close\r\n\r\n",
+        ]
+        assert self.transport is not None  # connected: data arrived
+        self.transport.write(b"".join(head) + body)
+        self.transport.close()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()

@@ -4,6 +4,7 @@ that takes longer than HEAD_TIMEOUT_S to arrive is cut off."""
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import time
 
@@ -88,3 +89,53 @@ def test_a_kept_alive_connections_next_head_is_counted_from_its_first_read() -> 
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             sock.sendall(big + b"\r\n\r\n")
         assert sock.recv(4096).split(b"\r\n", 1)[0] == b"HTTP/1.1 400 Bad Request"
+
+
+def _answer_to(gw: GatewayThread, request: bytes) -> tuple[bytes, dict[bytes, bytes], bytes]:
+    """Status line, headers and body of the gateway's answer to these raw bytes."""
+    with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as sock:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            sock.sendall(request)
+        answer = b""
+        with contextlib.suppress(ConnectionResetError):
+            while part := sock.recv(65536):
+                answer += part
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status, *lines = head.split(b"\r\n")
+    headers = dict(line.lower().split(b": ", 1) for line in lines)
+    return status, headers, body
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "reason"),
+    [
+        (b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nx-a: a\x00b\r\n\r\n", "header"),
+        (
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n"
+            b"content-length: 2\r\n\r\n{}",
+            "Duplicate Content-Length",
+        ),
+        (
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n"
+            b"\r\nzz\r\n{}\r\n0\r\n\r\n",
+            "chunk size",
+        ),
+        (
+            b"GET /health HTTP/1.1\r\nhost: x\r\nx-pad: " + b"a" * (2 * MAX_HEAD_BYTES),
+            "too large",
+        ),
+    ],
+    ids=["nul-in-header", "duplicate-content-length", "bad-chunk-size", "endless-head"],
+)
+def test_an_unparsable_request_gets_an_openai_shaped_400_naming_the_reason(
+    request_bytes: bytes, reason: str
+) -> None:
+    """What httptools refuses never reaches the app; its 400 still comes in OpenAI's shape
+    (not uvicorn's plain "Invalid HTTP request received."), saying what was wrong."""
+    with GatewayThread(_settings()) as gw:
+        status, headers, body = _answer_to(gw, request_bytes)
+    assert status == b"HTTP/1.1 400 Bad Request"
+    assert headers[b"content-type"] == b"application/json"
+    error = json.loads(body)["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["type"] == "invalid_request_error" and reason in error["message"]
