@@ -5,6 +5,7 @@
     │   ├── NotFoundError              404 (unknown model, tier or path)
     │   ├── MethodNotAllowedError      405
     │   ├── PayloadTooLargeError       413
+    │   ├── UnsupportedMediaTypeError  415 (a compressed request body)
     │   └── RequestTimeoutError        408 (a request body that does not arrive in time)
     ├── AuthenticationError            401 authentication_error
     ├── PermissionDeniedError          403 permission_error
@@ -74,6 +75,11 @@ class MethodNotAllowedError(InvalidRequestError):
 class PayloadTooLargeError(InvalidRequestError):
     status = 413
     default_code = "payload_too_large"
+
+
+class UnsupportedMediaTypeError(InvalidRequestError):
+    status = 415
+    default_code = "unsupported_media_type"
 
 
 class RequestTimeoutError(InvalidRequestError):
@@ -219,6 +225,7 @@ __all__ = [
     "RequestTimeoutError",
     "ServiceUnavailableError",
     "TiergateError",
+    "UnsupportedMediaTypeError",
     "UpstreamError",
     "UpstreamTimeoutError",
     "engine_refusal",

@@ -17,6 +17,7 @@ from gateway.errors import (
     RateLimitError,
     RequestTimeoutError,
     TiergateError,
+    UnsupportedMediaTypeError,
 )
 from gateway.metrics import UNAUTHENTICATED, GatewayMetrics
 from gateway.protocol import EndpointKind, RequestLimits, parse_request
@@ -69,16 +70,11 @@ class GenerationHandler:
         )
         ticket: Ticket | None = None
         try:
-            authorization = pin = None
-            for name, value in scope["headers"]:
-                if name == b"authorization":
-                    if authorization is not None:
-                        raise several_authorizations()
-                    authorization = value
-                elif name == PIN_HEADER:
-                    pin = value
+            authorization, pin, encoding = _read_headers(scope["headers"])
             tenant = self.tenants.authenticate(authorization)
             record.tenant = tenant.name
+            if encoding is not None:
+                _refuse_compressed(encoding)
             body_limit = self.admission.body_limit(tenant, self.limits.max_body_bytes)
             body = await self._read_body(receive, body_limit)
             request = parse_request(self.kind, body, self.limits, body_limit)
@@ -161,6 +157,33 @@ class GenerationHandler:
             ) from None
         finally:
             self._body_deadlines.discard(task)
+
+
+def _read_headers(
+    headers: list[tuple[bytes, bytes]],
+) -> tuple[bytes | None, bytes | None, bytes | None]:
+    """The Authorization (one at most), tier pin and Content-Encoding headers."""
+    authorization = pin = encoding = None
+    for name, value in headers:
+        if name == b"authorization":
+            if authorization is not None:
+                raise several_authorizations()
+            authorization = value
+        elif name == PIN_HEADER:
+            pin = value
+        elif name == b"content-encoding":
+            encoding = value
+    return authorization, pin, encoding
+
+
+def _refuse_compressed(encoding: bytes) -> None:
+    """A body sent with a Content-Encoding is refused, not parsed: read as JSON, a gzip
+    body was answered "not valid UTF-8" and a plain one labelled gzip was served."""
+    if encoding.strip().lower() not in (b"", b"identity"):
+        shown = encoding.decode("latin-1")
+        raise UnsupportedMediaTypeError(
+            f"Content-Encoding '{shown}' is not supported; send the JSON body uncompressed."
+        )
 
 
 async def _rest_of_body(

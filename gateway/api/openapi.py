@@ -127,7 +127,7 @@ def _generation(name: str, schema: str) -> dict[str, Any]:
                     "headers": _headers("RequestId", "Tier", "OverheadMs", "Probability"),
                     "content": {"application/json": {"schema": {"type": "object"}}},
                 },
-                **_error_responses(400, 401, 403, 404, 408, 413, 429, 502, 503, 504),
+                **_error_responses(400, 401, 403, 404, 408, 413, 415, 429, 502, 503, 504),
             },
         }
     }

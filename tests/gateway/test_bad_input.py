@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import http.client
 import json
 import time
@@ -208,6 +209,25 @@ def test_a_body_led_by_a_byte_order_mark_is_served(gw: GatewayThread, ladder: La
     # A mark in front of a broken body still names what is wrong with the body.
     error = assert_openai_error(*post(gw, b"\xef\xbb\xbf{not json"), 400)
     assert error["message"].startswith("Request body is not valid JSON")
+
+
+@pytest.mark.parametrize(
+    ("encoding", "compress"),
+    [("gzip", gzip.compress), ("gzip", lambda body: body), ("br", lambda body: body)],
+)
+def test_a_compressed_body_is_a_415_not_a_misleading_400_or_served(
+    gw: GatewayThread, ladder: Ladder, encoding: str, compress: Any
+) -> None:
+    """The gateway reads bodies as plain JSON: a gzip body was answered "not valid UTF-8",
+    and a plain one labelled gzip was served as if the header were not there."""
+    before = sum(sim.stats()["requests"] for sim in ladder.sims)
+    headers = {"authorization": f"Bearer {API_KEY}", "content-encoding": encoding}
+    status, response = post(gw, compress(json.dumps(CHAT).encode()), headers)
+    error = assert_openai_error(status, response, 415)
+    assert f"Content-Encoding '{encoding}'" in error["message"]
+    assert sum(sim.stats()["requests"] for sim in ladder.sims) == before
+    identity = {"authorization": f"Bearer {API_KEY}", "content-encoding": "identity"}
+    assert post(gw, json.dumps(CHAT).encode(), identity)[0] == 200
 
 
 def _with_two_keys(gw: GatewayThread, method: str, path: str, keys: list[str]) -> tuple[int, Any]:
