@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from gateway.coarse_timers import CoarseTimers
 from gateway.errors import (
@@ -70,13 +70,15 @@ class GenerationHandler:
         )
         ticket: Ticket | None = None
         try:
-            authorization, pin, encoding = _read_headers(scope["headers"])
+            authorization, pin, encoding, upgrade = _read_headers(scope["headers"])
             tenant = self.tenants.authenticate(authorization)
             record.tenant = tenant.name
             if encoding is not None:
                 _refuse_compressed(encoding)
             body_limit = self.admission.body_limit(tenant, self.limits.max_body_bytes)
             body = await self._read_body(receive, body_limit)
+            if not body and upgrade is not None:
+                raise BodyLostToUpgradeError(upgrade)
             request = parse_request(self.kind, body, self.limits, body_limit)
             ticket = await self.admission.admit(tenant, request, len(body), self.kind)
             if ticket.hold is not None:  # a slot in Redis, shared with other replicas
@@ -159,11 +161,16 @@ class GenerationHandler:
             self._body_deadlines.discard(task)
 
 
-def _read_headers(
-    headers: list[tuple[bytes, bytes]],
-) -> tuple[bytes | None, bytes | None, bytes | None]:
-    """The Authorization (one at most), tier pin and Content-Encoding headers."""
-    authorization = pin = encoding = None
+class RequestHeaders(NamedTuple):
+    authorization: bytes | None
+    pin: bytes | None
+    encoding: bytes | None  # Content-Encoding
+    upgrade: bytes | None
+
+
+def _read_headers(headers: list[tuple[bytes, bytes]]) -> RequestHeaders:
+    """The headers the handler reads; several Authorization headers are refused."""
+    authorization = pin = encoding = upgrade = None
     for name, value in headers:
         if name == b"authorization":
             if authorization is not None:
@@ -173,7 +180,28 @@ def _read_headers(
             pin = value
         elif name == b"content-encoding":
             encoding = value
-    return authorization, pin, encoding
+        elif name == b"upgrade":
+            upgrade = value
+    return RequestHeaders(authorization, pin, encoding, upgrade)
+
+
+class BodyLostToUpgradeError(InvalidRequestError):
+    """httptools takes any `Connection: Upgrade` request for a protocol switch: it ends the
+    message at its headers and uvicorn drops the body that follows, so a valid request
+    sent by `curl --http2` (`Upgrade: h2c`) arrived empty and was told its body was empty.
+    What is left of the body on the connection would be read as the next request: close it."""
+
+    def __init__(self, upgrade: bytes) -> None:
+        protocol = upgrade.decode("latin-1")
+        super().__init__(
+            f"The request body was lost: the gateway speaks HTTP/1.1 only and cannot take "
+            f"'Upgrade: {protocol}' with a body. Send the request without the Upgrade header "
+            "(curl: without --http2).",
+            code="upgrade_not_supported",
+        )
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        return [(b"connection", b"close")]
 
 
 def _refuse_compressed(encoding: bytes) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import http.client
 import json
+import socket
 import time
 import urllib.request
 from typing import Any
@@ -228,6 +229,34 @@ def test_a_compressed_body_is_a_415_not_a_misleading_400_or_served(
     assert sum(sim.stats()["requests"] for sim in ladder.sims) == before
     identity = {"authorization": f"Bearer {API_KEY}", "content-encoding": "identity"}
     assert post(gw, json.dumps(CHAT).encode(), identity)[0] == 200
+
+
+def test_a_body_lost_to_an_h2c_upgrade_is_named_and_the_connection_closed(
+    gw: GatewayThread, ladder: Ladder
+) -> None:
+    """`curl --http2` on http:// asks for `Upgrade: h2c`; httptools then ends the request at
+    its headers and its body is dropped. It was answered "Request body is empty" and the
+    connection kept, the body's bytes left to be read as the next request."""
+    body = json.dumps(CHAT).encode()
+    head = (
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+        f"authorization: Bearer {API_KEY}\r\ncontent-type: application/json\r\n"
+        "connection: Upgrade, HTTP2-Settings\r\nupgrade: h2c\r\nhttp2-settings: AAMAAABkAAQ\r\n"
+        f"content-length: {len(body)}\r\n\r\n"
+    )
+    before = sum(sim.stats()["requests"] for sim in ladder.sims)
+    with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as sock:
+        sock.sendall(head.encode() + body)
+        answer = b""
+        while part := sock.recv(65536):  # the gateway closes the connection
+            answer += part
+    head_part, _, payload = answer.partition(b"\r\n\r\n")
+    assert head_part.startswith(b"HTTP/1.1 400 ") and b"connection: close" in head_part.lower()
+    error = json.loads(payload)["error"]
+    assert error["code"] == "upgrade_not_supported" and "h2c" in error["message"]
+    assert sum(sim.stats()["requests"] for sim in ladder.sims) == before
+    # Without the upgrade the same request is served.
+    assert post(gw, body)[0] == 200
 
 
 def _with_two_keys(gw: GatewayThread, method: str, path: str, keys: list[str]) -> tuple[int, Any]:
