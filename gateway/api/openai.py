@@ -169,7 +169,8 @@ class RequestHeaders(NamedTuple):
 
 
 def _read_headers(headers: list[tuple[bytes, bytes]]) -> RequestHeaders:
-    """The headers the handler reads; several Authorization headers are refused."""
+    """The headers the handler reads; several Authorization headers, or tier pins that
+    differ, are refused."""
     authorization = pin = encoding = upgrade = None
     for name, value in headers:
         if name == b"authorization":
@@ -177,12 +178,24 @@ def _read_headers(headers: list[tuple[bytes, bytes]]) -> RequestHeaders:
                 raise several_authorizations()
             authorization = value
         elif name == PIN_HEADER:
+            if pin is not None and pin.strip() != value.strip():
+                raise _conflicting_header_pins(pin, value)
             pin = value
         elif name == b"content-encoding":
             encoding = value
         elif name == b"upgrade":
             upgrade = value
     return RequestHeaders(authorization, pin, encoding, upgrade)
+
+
+def _conflicting_header_pins(first: bytes, second: bytes) -> InvalidRequestError:
+    # Like a model suffix that contradicts the header (400 conflicting_pins): which of two
+    # headers counts differs between servers and proxies, so the gateway picks neither.
+    shown = [value.decode("latin-1").strip() for value in (first, second)]
+    return InvalidRequestError(
+        f"Two x-tiergate-tier headers pin different tiers: '{shown[0]}' and '{shown[1]}'.",
+        code="conflicting_pins",
+    )
 
 
 class BodyLostToUpgradeError(InvalidRequestError):

@@ -188,6 +188,28 @@ def test_contradicting_pins_are_a_400_not_a_404(gw: GatewayThread) -> None:
     assert error["code"] == "conflicting_pins" and error["param"] == "model"
 
 
+def test_two_header_pins_naming_different_tiers_are_a_400(
+    gw: GatewayThread, ladder: Ladder
+) -> None:
+    """The last of two x-tiergate-tier headers used to win silently."""
+    before = sum(sim.stats()["requests"] for sim in ladder.sims)
+    connection = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10)
+    try:
+        body = json.dumps(CHAT).encode()
+        connection.putrequest("POST", "/v1/chat/completions")
+        connection.putheader("authorization", f"Bearer {API_KEY}")
+        for tier in ("nvfp4", "bf16"):
+            connection.putheader("x-tiergate-tier", tier)
+        connection.putheader("content-length", str(len(body)))
+        connection.endheaders(body)
+        response = connection.getresponse()
+        error = assert_openai_error(response.status, json.loads(response.read()), 400)
+    finally:
+        connection.close()
+    assert error["code"] == "conflicting_pins" and "'nvfp4' and 'bf16'" in error["message"]
+    assert sum(sim.stats()["requests"] for sim in ladder.sims) == before
+
+
 def test_a_trailing_slash_is_a_404_not_a_redirect_built_from_the_host_header(
     gw: GatewayThread,
 ) -> None:
