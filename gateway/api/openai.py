@@ -185,7 +185,19 @@ def _read_headers(headers: list[tuple[bytes, bytes]]) -> RequestHeaders:
             encoding = value
         elif name == b"upgrade":
             upgrade = value
+        elif name == b"transfer-encoding" and value.strip().lower() != b"chunked":
+            raise _unsupported_transfer_coding(value)
     return RequestHeaders(authorization, pin, encoding, upgrade)
+
+
+def _unsupported_transfer_coding(value: bytes) -> InvalidRequestError:
+    # The HTTP parser undoes `chunked` only: a body also gzip-coded would be read as JSON.
+    # A 400, not HTTP's 501: it is the client's request that the gateway cannot take.
+    return InvalidRequestError(
+        f"Transfer-Encoding '{value.decode('latin-1')}' is not supported; send the body "
+        "uncoded, with Content-Length or 'Transfer-Encoding: chunked' alone.",
+        code="unsupported_transfer_encoding",
+    )
 
 
 def _conflicting_header_pins(first: bytes, second: bytes) -> InvalidRequestError:

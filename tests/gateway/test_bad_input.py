@@ -253,6 +253,55 @@ def test_a_compressed_body_is_a_415_not_a_misleading_400_or_served(
     assert post(gw, json.dumps(CHAT).encode(), identity)[0] == 200
 
 
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded"])
+def test_a_json_body_is_read_as_json_whatever_its_content_type(
+    gw: GatewayThread, content_type: str | None
+) -> None:
+    """`curl -d` without `-H` sends a form content type: the body is still read as JSON."""
+    connection = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10)
+    try:
+        connection.putrequest("POST", "/v1/chat/completions")
+        body = json.dumps(CHAT).encode()
+        connection.putheader("authorization", f"Bearer {API_KEY}")
+        connection.putheader("content-length", str(len(body)))
+        if content_type is not None:
+            connection.putheader("content-type", content_type)
+        connection.endheaders(body)
+        response = connection.getresponse()
+        assert response.status == 200 and json.loads(response.read())["choices"]
+    finally:
+        connection.close()
+
+
+def test_a_transfer_coding_other_than_chunked_is_a_400_not_read_as_json(
+    gw: GatewayThread, ladder: Ladder
+) -> None:
+    """The HTTP parser undoes `chunked` only: a `gzip, chunked` body was read as if it were
+    plain (served when it was, "not valid UTF-8" when it was gzip-coded)."""
+    body = json.dumps(CHAT).encode()
+
+    def chunked(coding: str) -> bytes:
+        head = (
+            f"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {API_KEY}"
+            f"\r\ncontent-type: application/json\r\ntransfer-encoding: {coding}\r\n"
+            "connection: close\r\n\r\n"
+        )
+        with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as sock:
+            sock.sendall(head.encode() + b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
+            answer = b""
+            while part := sock.recv(65536):
+                answer += part
+        return answer
+
+    before = sum(sim.stats()["requests"] for sim in ladder.sims)
+    head, _, payload = chunked("gzip, chunked").partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ")
+    error = json.loads(payload)["error"]
+    assert error["code"] == "unsupported_transfer_encoding" and "gzip" in error["message"]
+    assert sum(sim.stats()["requests"] for sim in ladder.sims) == before
+    assert chunked("chunked").startswith(b"HTTP/1.1 200 ")
+
+
 def test_a_body_lost_to_an_h2c_upgrade_is_named_and_the_connection_closed(
     gw: GatewayThread, ladder: Ladder
 ) -> None:
