@@ -209,7 +209,9 @@ def tier_regimes_from_gateway(
             l_in=_first(lengths.get("l_in")) or None,
             l_out=_first(lengths.get("l_out")) or None,
         )
-        capacity = _first(tier.get("engine_kv_capacity_tokens"))
+        # The live planner's (a gateway's configured value, else its engines'); older
+        # gateways name the engines' only.
+        capacity = _first(tier.get("kv_capacity_tokens"), tier.get("engine_kv_capacity_tokens"))
         out[str(name)] = GatewayTier(precision, regime, source, current, capacity)
     return out
 
@@ -469,10 +471,12 @@ def _gateway_plans(
             typer.echo(f"note: tier {name}: {tier.source}; skipped", err=True)
             continue
         now = tier.current or current
-        # K of the tier's precision from its engines, as the live planner takes it.
+        # K of the tier's precision from its engines, as the live planner takes it; not when
+        # reselecting: the other candidates have only the memory estimate, which ignores
+        # activations, and a measured K beside estimated ones would bias the choice.
         known = (
             settings
-            if precision is None or not same_gpu
+            if precision is None or not same_gpu or reselect
             else with_engine_kv_capacity(settings, precision, tier.kv_capacity_tokens)
         )
         if precision is not None and not reselect:

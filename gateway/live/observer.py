@@ -619,6 +619,11 @@ class LiveObserver:
                     # None: not reported yet; the planner's K then comes from the memory
                     # estimate (`plan --from-gateway` reads it as the live planner does)
                     "engine_kv_capacity_tokens": state.engine_kv_tokens,
+                    # What the planner's K comes from (a configured value wins over the
+                    # engines'); None: the memory estimate.
+                    "kv_capacity_tokens": state.planner.settings.cost.kv_capacity_tokens.get(
+                        state.tier.settings.precision
+                    ),
                 }
                 for name, state in self._states.items()
             },

@@ -566,6 +566,19 @@ def test_plan_from_gateway_takes_the_knee_from_the_engines_kv_blocks_as_live(
         ["plan", "--from-gateway", admin_server, "--json"], env={"TIERGATE_ADMIN_TOKEN": "s3cret"}
     )
     assert doc["tiers"]["copy"]["knee"] == 20 and doc["tiers"]["copy"]["b_eff"] == 20.0
+    # The capacity in effect live (the gateway's configured one) wins over the engines'.
+    _Admin.body["tiers"]["copy"]["kv_capacity_tokens"] = 30 * 4096
+    doc = _json(
+        ["plan", "--from-gateway", admin_server, "--json"], env={"TIERGATE_ADMIN_TOKEN": "s3cret"}
+    )
+    assert doc["tiers"]["copy"]["knee"] == 30
+    # Reselecting compares candidates on one footing: the memory estimate for all of them.
+    doc = _json(
+        ["plan", "--from-gateway", admin_server, "--json", "--reselect-precision"],
+        env={"TIERGATE_ADMIN_TOKEN": "s3cret"},
+    )
+    chosen = doc["tiers"]["copy"]
+    assert chosen["knee"] == _json(["plan", "breakeven", "--json"])["knees"][chosen["precision"]]
 
 
 def test_plan_from_gateway_for_another_gpu_keeps_that_gpus_knee(admin_server: str) -> None:

@@ -443,7 +443,8 @@ def test_the_knee_comes_from_the_kv_blocks_the_engines_report(
     view = observer.plan_view()["nv"]
     assert view["engine_kv_capacity_tokens"] == 3200 * 16
     assert view["recommended"]["knee"] == 12 and view["recommended"]["b_eff"] == 12.0
-    assert observer.regime_view()["tiers"]["nv"]["engine_kv_capacity_tokens"] == 3200 * 16
+    regime = observer.regime_view()["tiers"]["nv"]
+    assert regime["engine_kv_capacity_tokens"] == regime["kv_capacity_tokens"] == 3200 * 16
     assert observer.regime_view()["hardware"] == "b200"  # where that capacity holds
     blocks[replicas[1]] = 9600  # restarted with more memory: the other replica bounds it
     asyncio.run(observer.scrape_once())
