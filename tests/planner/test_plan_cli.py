@@ -546,60 +546,47 @@ def test_plan_from_gateway_ignores_engine_r_under_a_per_batch_table_as_live(
     assert copy["speculative"] is True
 
 
+def _tier_measured(precision: str, concurrency: float, engine_kv_tokens: float) -> dict[str, Any]:
+    """One tier of /admin/regime with its regime measured and its engines' KV capacity."""
+    return {
+        "precision": precision,
+        "concurrency": {"mean": concurrency},
+        "rho": {"lru": 0.5},
+        "r": {"r_reference": 0.6},
+        "engine_kv_capacity_tokens": engine_kv_tokens,
+    }
+
+
+def _plans_from(admin_server: str, *options: str) -> dict[str, Any]:
+    doc = _json(
+        ["plan", "--from-gateway", admin_server, "--json", *options],
+        env={"TIERGATE_ADMIN_TOKEN": "s3cret"},
+    )
+    return dict(doc["tiers"])
+
+
 def test_plan_from_gateway_takes_the_knee_from_the_engines_kv_blocks_as_live(
     admin_server: str,
 ) -> None:
     """The live planner's K comes from the KV tokens the engines report (b.2 item 4); the
     CLI reads them from /admin/regime and plans with the same K."""
-    _Admin.body = {
-        "tiers": {
-            "copy": {
-                "precision": "bf16",
-                "concurrency": {"mean": 32.0},
-                "rho": {"lru": 0.5},
-                "r": {"r_reference": 0.6},
-                "engine_kv_capacity_tokens": 20 * 4096,
-            }
-        }
-    }
-    doc = _json(
-        ["plan", "--from-gateway", admin_server, "--json"], env={"TIERGATE_ADMIN_TOKEN": "s3cret"}
-    )
-    assert doc["tiers"]["copy"]["knee"] == 20 and doc["tiers"]["copy"]["b_eff"] == 20.0
+    _Admin.body = {"tiers": {"copy": _tier_measured("bf16", 32.0, 20 * 4096)}}
+    copy = _plans_from(admin_server)["copy"]
+    assert copy["knee"] == 20 and copy["b_eff"] == 20.0
     # The capacity in effect live (the gateway's configured one) wins over the engines'.
     _Admin.body["tiers"]["copy"]["kv_capacity_tokens"] = 30 * 4096
-    doc = _json(
-        ["plan", "--from-gateway", admin_server, "--json"], env={"TIERGATE_ADMIN_TOKEN": "s3cret"}
-    )
-    assert doc["tiers"]["copy"]["knee"] == 30
+    assert _plans_from(admin_server)["copy"]["knee"] == 30
     # Reselecting compares candidates on one footing: the memory estimate for all of them.
-    doc = _json(
-        ["plan", "--from-gateway", admin_server, "--json", "--reselect-precision"],
-        env={"TIERGATE_ADMIN_TOKEN": "s3cret"},
-    )
-    chosen = doc["tiers"]["copy"]
+    chosen = _plans_from(admin_server, "--reselect-precision")["copy"]
     assert chosen["knee"] == _json(["plan", "breakeven", "--json"])["knees"][chosen["precision"]]
 
 
 def test_plan_from_gateway_for_another_gpu_keeps_that_gpus_knee(admin_server: str) -> None:
     """The engines' KV capacity holds on their GPU: engines on B200 (438 NVFP4 requests) must
     not give the H200 plan their knee (H200 holds 312)."""
-    _Admin.body = {
-        "hardware": "b200",
-        "tiers": {
-            "nv": {
-                "precision": "nvfp4",
-                "concurrency": {"mean": 400.0},
-                "rho": {"lru": 0.3},
-                "r": {"r_reference": 0.3},
-                "engine_kv_capacity_tokens": 438 * 4096,
-            }
-        },
-    }
-    args = ["plan", "--from-gateway", admin_server, "--json"]
-    env = {"TIERGATE_ADMIN_TOKEN": "s3cret"}
-    assert _json([*args, "--hardware", "b200"], env=env)["tiers"]["nv"]["knee"] == 438
-    assert _json([*args, "--hardware", "h200"], env=env)["tiers"]["nv"]["knee"] == 312
+    _Admin.body = {"hardware": "b200", "tiers": {"nv": _tier_measured("nvfp4", 400.0, 438 * 4096)}}
+    assert _plans_from(admin_server, "--hardware", "b200")["nv"]["knee"] == 438
+    assert _plans_from(admin_server, "--hardware", "h200")["nv"]["knee"] == 312
 
 
 @pytest.mark.parametrize(
