@@ -290,8 +290,8 @@ class LiveObserver:
                 kept.endpoint_kv_tokens = {
                     u: t for u, t in kept.endpoint_kv_tokens.items() if u in urls
                 }
-                if kept.endpoint_kv_tokens:
-                    kept.engine_kv_tokens = min(kept.endpoint_kv_tokens.values())
+                # None once no kept replica has reported: K goes back to the estimate.
+                kept.engine_kv_tokens = min(kept.endpoint_kv_tokens.values(), default=None)
                 kept.tracker.retain_endpoints(tier.name, urls)
                 if tier.settings.vllm_args is not None:  # the operator says what runs now
                     kept.running = flags_from_args(tier.settings.vllm_args)
@@ -616,11 +616,9 @@ class LiveObserver:
             "tiers": {
                 name: {
                     **self._report(name, state, now).to_dict(),
-                    # None: not reported yet; the planner's K then comes from the memory
-                    # estimate (`plan --from-gateway` reads it as the live planner does)
-                    "engine_kv_capacity_tokens": state.engine_kv_tokens,
+                    "engine_kv_capacity_tokens": state.engine_kv_tokens,  # None: unreported
                     # What the planner's K comes from (a configured value wins over the
-                    # engines'); None: the memory estimate.
+                    # engines'), which `plan --from-gateway` takes; None: the memory estimate.
                     "kv_capacity_tokens": state.planner.settings.cost.kv_capacity_tokens.get(
                         state.tier.settings.precision
                     ),

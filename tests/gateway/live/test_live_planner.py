@@ -489,3 +489,40 @@ def test_a_replica_missing_a_scrape_keeps_the_tiers_kv_capacity(
     answering.add(replicas[1])
     asyncio.run(observer.scrape_once())
     assert reconfigured == []
+
+
+def test_a_reload_that_removes_every_reporting_replica_returns_k_to_the_estimate(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The KV capacity of replicas a reload removed bounds nothing any more: until the new
+    ones report, K comes from the memory estimate again."""
+    old, new = "http://127.0.0.1:8/v1", "http://127.0.0.1:6/v1"
+    observer = observer_over([tier("nv", "nvfp4", 8), tier("x", "bf16", 7)], {})
+
+    async def get(endpoint: Any, _path: bytes) -> bytes | None:
+        info = 'vllm:cache_config_info{block_size="16",num_gpu_blocks="3200"} 1.0\n'
+        return (
+            _metrics_page(1e6, 1e5, 4.0) + info.encode() if endpoint.endpoint.url == old else None
+        )
+
+    monkeypatch.setattr(upstream, "get", get)
+    monkeypatch.setattr(RegimeTracker, "report", busy)
+    backends = observer.tiers()
+    backends[0].endpoints[:] = [SimpleNamespace(endpoint=SimpleNamespace(url=old), healthy=True)]
+    asyncio.run(observer.scrape_once())
+    observer.plan_once()
+    assert observer.plan_view()["nv"]["recommended"]["knee"] == 12
+    settings = parse_settings(
+        {
+            "model": "m",
+            "tiers": [{**tier("nv", "nvfp4", 6), "endpoints": [new]}, tier("x", "bf16", 7)],
+            "tenants": [{"name": "default", "api_keys": ["k"]}],
+        }
+    )
+    assert isinstance(backends, list)
+    backends[:] = [TierBackend(i, t.name, t, "m") for i, t in enumerate(settings.tiers)]
+    observer.configure(settings)
+    observer.plan_once()
+    view = observer.plan_view()["nv"]
+    assert view["engine_kv_capacity_tokens"] is None
+    assert view["recommended"]["knee"] == 438  # the estimate: NVFP4 30B on a B200
