@@ -22,6 +22,7 @@ import sys
 import weakref
 from typing import Final
 
+import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.coarse_timers import CoarseTimers
@@ -91,6 +92,12 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         # uvicorn calls this inside its `except httptools.HttpParserError`: the parser's
         # own reason ("Invalid header value char", "Duplicate Content-Length") says more.
         reason = sys.exception()
+        if isinstance(reason, httptools.HttpParserCallbackError) and isinstance(
+            reason.__context__, httptools.HttpParserError
+        ):
+            # "User callback error": uvicorn's callback refused a part (the request target,
+            # e.g. `CONNECT host:443`); the parser's error it raised says which.
+            reason = reason.__context__
         message = f"Invalid HTTP request: {reason}." if reason is not None else msg
         body = InvalidRequestError(message, code="invalid_http_request").body()
         head = [b"HTTP/1.1 400 Bad Request\r\n"]

@@ -124,8 +124,16 @@ def _answer_to(gw: GatewayThread, request: bytes) -> tuple[bytes, dict[bytes, by
             b"GET /health HTTP/1.1\r\nhost: x\r\nx-pad: " + b"a" * (2 * MAX_HEAD_BYTES),
             "too large",
         ),
+        # uvicorn's URL callback refuses it: "User callback error" named nothing.
+        (b"CONNECT x:443 HTTP/1.1\r\nhost: x\r\n\r\n", "invalid url b'x:443'"),
     ],
-    ids=["nul-in-header", "duplicate-content-length", "bad-chunk-size", "endless-head"],
+    ids=[
+        "nul-in-header",
+        "duplicate-content-length",
+        "bad-chunk-size",
+        "endless-head",
+        "connect-target",
+    ],
 )
 def test_an_unparsable_request_gets_an_openai_shaped_400_naming_the_reason(
     request_bytes: bytes, reason: str
