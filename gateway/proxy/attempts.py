@@ -155,7 +155,10 @@ class Attempter:
         try:
             if body is None:
                 engine_failed = await relay_stream(
-                    exchange, response, stall_s=self.timeouts.first_byte_s
+                    exchange,
+                    response,
+                    stall_s=self.timeouts.first_byte_s,
+                    total_s=self.timeouts.total_s,
                 )
             else:
                 await relay_body(exchange, response, body)

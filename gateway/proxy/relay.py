@@ -7,6 +7,7 @@ error event: the client always learns that the answer is incomplete.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -34,6 +35,10 @@ from gateway.stats import RequestRecord
 
 MAX_RESPONSE_BYTES: Final = 64 * 1024 * 1024
 _USAGE_MARKERS: Final = (b'"usage":{', b'"usage": {')
+# How long past the request's total_s a stream may wait on its client to read: the
+# upstream's own timer cuts the stream at total_s, and this leaves a slow reader the time
+# to take the error event that says so.
+UNREAD_GRACE_S: Final = 2.0
 log = logging.getLogger("tiergate.proxy")
 
 
@@ -121,10 +126,31 @@ async def relay_body(exchange: Exchange, response: UpstreamResponse, data: bytes
     await exchange.channel.respond(status, exchange.headers(content_type), data)
 
 
-async def relay_stream(exchange: Exchange, response: UpstreamResponse, stall_s: float) -> bool:
+async def relay_stream(
+    exchange: Exchange, response: UpstreamResponse, stall_s: float, total_s: float | None = None
+) -> bool:
     """Relays an SSE stream; True when it failed through the engine's fault. A cut by the
     request's own total_s is not, unless the engine had been silent for `stall_s` (longer
-    than it may take to a first token): then it stalled."""
+    than it may take to a first token): then it stalled.
+
+    A client that stops reading (its socket open) blocks every write to it, and nothing
+    would end the exchange: its endpoint slot and tenant concurrency slot would be held for
+    good. `total_s` bounds the writes too: past it (and `UNREAD_GRACE_S`) the stream ends."""
+    left = None if total_s is None else exchange.started + total_s - time.perf_counter()
+    try:
+        async with asyncio.timeout(None if left is None else left + UNREAD_GRACE_S):
+            return await _relay_events(exchange, response, stall_s)
+    except TimeoutError:
+        response.abort()
+        exchange.record.error_after_first_byte = True
+        log.warning(
+            "request %s: stream cut: its client had not read it by total_s",
+            exchange.record.request_id.decode(),
+        )
+        return False
+
+
+async def _relay_events(exchange: Exchange, response: UpstreamResponse, stall_s: float) -> bool:
     channel, record, rewrite = exchange.channel, exchange.record, exchange.rewrite
     headers = exchange.headers(b"text/event-stream; charset=utf-8")
     headers.append((b"cache-control", b"no-cache"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import socket
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -11,6 +12,7 @@ import orjson
 import pytest
 
 from gateway.config import Settings, parse_settings
+from gateway.proxy import relay
 from tests.fakes import FakeUpstream, Reply
 from tests.helpers import API_KEY, MODEL, GatewayThread, fixed_policy, send
 
@@ -539,3 +541,34 @@ def test_a_responses_request_reaches_the_engine_with_store_off(
     path, _ = top.received[-1]
     assert path == "/v1/responses"
     assert top.last_json() == {**asked, "model": "served/top", "store": False}
+
+
+def test_a_client_that_stops_reading_its_stream_holds_no_slot_past_total_s(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A client that stops reading but keeps its socket open blocks every write to it: the
+    upstream is cut at total_s, and the exchange must end too, or its endpoint slot and its
+    tenant's concurrency slot are held for as long as the client keeps the socket."""
+    monkeypatch.setattr(relay, "UNREAD_GRACE_S", 0.3, raising=False)
+    event = b'data: {"choices":[{"index":0,"delta":{"content":"%s"}}]}\n\n' % (b"x" * 65000)
+    with FakeUpstream() as cheap, FakeUpstream() as top:
+        # ~25 MB: more than every buffer between the engine and the client holds.
+        cheap.reply = Reply(pieces=[event] * 400, content_type=b"text/event-stream")
+        settings = two_tiers(cheap, top, first_byte_s=1.0, total_s=1.0)
+        with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw, socket.socket() as c:
+            c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            c.connect(("127.0.0.1", gw.port))
+            body = orjson.dumps({**ASK, "stream": True})
+            c.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+                b"authorization: Bearer %s\r\ncontent-length: %d\r\n\r\n%s"
+                % (API_KEY.encode(), len(body), body)
+            )
+            assert c.recv(12) == b"HTTP/1.1 200"  # then reads no more
+            endpoint = gw.app.runtime.tiers[0].endpoints[0]
+            deadline = time.monotonic() + 5
+            while endpoint.inflight and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert endpoint.inflight == 0
+            labels = {"tenant": "t", "tier": "nvfp4"}
+            assert gw.metric_at_least("tiergate_stream_errors_total", labels, 1) == 1
