@@ -141,13 +141,24 @@ def _lf_lines(data: bytes) -> bytes:
     return data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
 
 
+# A usage-only chunk's empty choices, as compact JSON writes it and with a space after the
+# colon (Python's json.dumps), as the usage key is looked for both ways.
+_EMPTY_CHOICES: Final = (b'"choices":[]', b'"choices": []')
+
+
+def _first_of(data: bytes, needles: tuple[bytes, ...]) -> int:
+    """Where the first of `needles` occurs in `data`; -1 when none does."""
+    found = [at for at in map(data.find, needles) if at >= 0]
+    return min(found, default=-1)
+
+
 def split_usage_event(events: bytes) -> tuple[bytes, bytes]:
     """Separates the usage-only event (`"choices":[]` with a usage object) from the rest.
 
     Used when the gateway itself asked upstream for usage: the client did not, so the event
     it did not ask for is removed and only the counts are kept.
     """
-    start = events.find(b'"choices":[]')
+    start = _first_of(events, _EMPTY_CHOICES)
     if start < 0 or _USAGE_KEY + b"{" not in events[start:].replace(b": {", b":{"):
         return events, b""
     event_start = events.rfind(_EVENT_END, 0, start)

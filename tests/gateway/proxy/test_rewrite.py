@@ -107,6 +107,9 @@ def test_split_usage_event_with_a_space_after_the_colon() -> None:
     usage = b'data: {"choices":[], "usage": {"prompt_tokens": 1, "completion_tokens": 2}}\n\n'
     done = b"data: [DONE]\n\n"
     assert split_usage_event(first + usage + done) == (first + done, usage)
+    # As Python's json.dumps writes it: a space after every colon, the empty choices too.
+    spaced = usage.replace(b'"choices":[]', b'"choices": []')
+    assert split_usage_event(first + spaced + done) == (first + done, spaced)
 
 
 def test_usage_counts_needs_both_counts_to_be_integers() -> None:
