@@ -77,12 +77,15 @@ class SSEBuffer:
 
     TCP reads split events anywhere; every edit here needs whole events. Whole events pass
     through in one piece, so the common case (one read = one event) costs a suffix check.
+    An event that spans many reads (megabytes: a Responses `response.completed` echoes the
+    whole answer) is kept as its pieces and joined once whole: joining the held bytes again
+    at every read, and searching them again, would cost time quadratic in its size.
     """
 
     __slots__ = ("_after_cr", "_pending")
 
     def __init__(self) -> None:
-        self._pending = b""
+        self._pending: list[bytes] = []  # the incomplete event's pieces, none empty
         self._after_cr = False  # the last read ended in CR: a LF opening the next is its pair
 
     def feed(self, data: bytes) -> bytes:
@@ -91,25 +94,33 @@ class SSEBuffer:
             self._after_cr = False
             if data.startswith(b"\n"):
                 data = data[1:]
-        if self._pending:
-            data = self._pending + data
-            self._pending = b""
         if b"\r" in data:  # one memchr; JSON escapes CR, so a raw one ends a line
             # A CR ends its line at once (a CR-framed event is not held for the next read);
             # if the read split a CRLF, the next read's leading LF is dropped.
             self._after_cr = data.endswith(b"\r")
             data = _lf_lines(data)
-        if data.endswith(_EVENT_END):
+        pending = self._pending
+        if not pending and data.endswith(_EVENT_END):
             return data
-        cut = data.rfind(_EVENT_END)
-        if cut < 0:
-            self._pending = data
-            return b""
-        self._pending = data[cut + 2 :]
-        return data[: cut + 2]
+        end = data.rfind(_EVENT_END) + 2  # 1: none in this read
+        if end < 2:
+            # Only the new bytes are searched: the held ones hold no event end, but one
+            # split by the read is their last LF and this read's first.
+            if not (pending and data.startswith(b"\n") and pending[-1].endswith(b"\n")):
+                if data:
+                    pending.append(data)
+                return b""
+            end = 1
+        pending.append(data[:end])
+        whole = b"".join(pending)
+        pending.clear()
+        if end < len(data):
+            pending.append(data[end:])
+        return whole
 
     def flush(self) -> bytes:
-        data, self._pending = self._pending, b""
+        data = b"".join(self._pending)
+        self._pending.clear()
         return data
 
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import itertools
+import time
 
 import orjson
 import pytest
@@ -81,6 +82,19 @@ def test_sse_buffer_yields_whole_events_in_order_as_they_arrive(
         assert b"".join(out) == (arrived[: end + 2] if end >= 0 else b"")
     out.append(buffer.flush())
     assert b"".join(out) == b"".join(evts)
+
+
+def test_sse_buffer_holds_a_large_event_in_linear_time() -> None:
+    """An event of many reads (a Responses `response.completed` echoes the whole answer) is
+    joined once whole: joining and searching the held bytes at every read took 7.7 s of
+    the event loop for 32 MiB in 64 KiB reads, every other stream of the worker waiting."""
+    buffer, piece = SSEBuffer(), b"x" * 65536
+    started = time.perf_counter()
+    for _ in range(512):
+        assert buffer.feed(piece) == b""
+    event = buffer.feed(b"\n\n")
+    assert time.perf_counter() - started < 1.5
+    assert len(event) == 512 * 65536 + 2 and event.endswith(b"x\n\n")
 
 
 def test_split_usage_event() -> None:
