@@ -20,6 +20,7 @@ from gateway.backends.h1client import (
     UpstreamAborted,
     UpstreamConnectError,
     UpstreamFailure,
+    UpstreamProtocolError,
     UpstreamResponse,
     UpstreamTimeout,
     UpstreamTooLarge,
@@ -249,6 +250,7 @@ async def _first_event(response: UpstreamResponse, wait_s: float, kind: Endpoint
     stream's opening events come as early as its headers: the wait goes on past them."""
     responses = kind == "responses"
     if response.has_body and not responses:
+        _require_an_event(response)
         return  # it came with the headers: no timer to set and cancel
     try:
         async with asyncio.timeout(wait_s):
@@ -262,6 +264,15 @@ async def _first_event(response: UpstreamResponse, wait_s: float, kind: Endpoint
                 await response.wait_for_body(after=len(arrived))
     except TimeoutError:
         raise UpstreamTimeout("upstream sent no event within first_byte_s") from None
+    _require_an_event(response)
+
+
+def _require_an_event(response: UpstreamResponse) -> None:
+    """A stream that ended without a byte of body answered nothing: relayed, the client
+    would get an empty 200 and no error. Nothing reached it yet, so another endpoint may
+    serve."""
+    if response.complete and not response.body_so_far():
+        raise UpstreamProtocolError("upstream ended the stream before its first event")
 
 
 def _first_byte_wait(stream: bool, first_byte_s: float, remaining_s: float) -> float:
