@@ -35,6 +35,10 @@ from gateway.stats import RequestRecord
 
 MAX_RESPONSE_BYTES: Final = 64 * 1024 * 1024
 _USAGE_MARKERS: Final = (b'"usage":{', b'"usage": {')
+# An engine's own error mid-stream: vLLM yields `data: {"error": ...}` (then [DONE]) when
+# generation fails after the headers; a Responses stream names an `error` event. Inside a
+# JSON string `"` is escaped and a newline cannot occur, so neither can be content.
+_ENGINE_ERROR_MARKERS: Final = (b'data: {"error"', b"event: error\n")
 # How long past the request's total_s a stream may wait on its client to read: the
 # upstream's own timer cuts the stream at total_s, and this leaves a slow reader the time
 # to take the error event that says so.
@@ -163,15 +167,8 @@ async def _relay_events(exchange: Exchange, response: UpstreamResponse, stall_s:
             events = buffer.feed(chunk)
             if not events:
                 continue
-            if record.ttft_s is None and not only_opening_events(exchange.kind, events):
-                record.ttft_s = time.perf_counter() - exchange.started
-            if _USAGE_MARKERS[0] in events or _USAGE_MARKERS[1] in events:
-                events = _take_usage(events, exchange.strip_usage, record)
+            events = _outgoing(exchange, events)
             if events:
-                events = rewrite(events)
-                if exchange.captured is not None:
-                    exchange.captured.append(events)
-                record.streamed_events += events.count(b"\n\n")
                 await channel.body(events, more=True)
             if channel.disconnected:
                 _client_left(record)
@@ -186,6 +183,7 @@ async def _relay_events(exchange: Exchange, response: UpstreamResponse, stall_s:
                 exchange.captured.append(tail)
             await channel.body(tail, more=True)
         await channel.body(b"", more=False)
+        return record.error_after_first_byte  # set here only by an engine's error event
     except UpstreamFailure as exc:
         if channel.disconnected:  # the client left (and the upstream was aborted for it)
             _client_left(record)
@@ -198,7 +196,26 @@ async def _relay_events(exchange: Exchange, response: UpstreamResponse, stall_s:
         await channel.body(error_event(failure), more=False)
         # Past the headers only total_s can time out.
         return not isinstance(exc, UpstreamTimeout) or time.perf_counter() - last_read >= stall_s
-    return False
+
+
+def _outgoing(exchange: Exchange, events: bytes) -> bytes:
+    """What a batch of whole events becomes for the client (usage the gateway asked for
+    taken out, the public model name in); notes TTFT, usage and an engine's error event."""
+    record = exchange.record
+    if record.ttft_s is None and not only_opening_events(exchange.kind, events):
+        record.ttft_s = time.perf_counter() - exchange.started
+    if _ENGINE_ERROR_MARKERS[0] in events or _ENGINE_ERROR_MARKERS[1] in events:
+        # Relayed as it is (already OpenAI's shape), but no success: a stream error, and
+        # the engine's failure.
+        record.error_after_first_byte = True
+    if _USAGE_MARKERS[0] in events or _USAGE_MARKERS[1] in events:
+        events = _take_usage(events, exchange.strip_usage, record)
+    if events:
+        events = exchange.rewrite(events)
+        if exchange.captured is not None:
+            exchange.captured.append(events)
+        record.streamed_events += events.count(b"\n\n")
+    return events
 
 
 def _client_left(record: RequestRecord) -> None:
