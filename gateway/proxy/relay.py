@@ -19,6 +19,7 @@ from gateway.backends.h1client import (
     UpstreamFailure,
     UpstreamResponse,
     UpstreamTimeout,
+    UpstreamTooLarge,
 )
 from gateway.errors import UpstreamError, engine_refusal, error_event
 from gateway.protocol import EndpointKind
@@ -166,6 +167,8 @@ async def _relay_events(exchange: Exchange, response: UpstreamResponse, stall_s:
             last_read = time.perf_counter()
             events = buffer.feed(chunk)
             if not events:
+                if buffer.held > MAX_RESPONSE_BYTES:  # an event that never ends
+                    raise UpstreamTooLarge(f"an event over {MAX_RESPONSE_BYTES} bytes")
                 continue
             events = _outgoing(exchange, events)
             if events:

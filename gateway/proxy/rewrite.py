@@ -82,11 +82,12 @@ class SSEBuffer:
     at every read, and searching them again, would cost time quadratic in its size.
     """
 
-    __slots__ = ("_after_cr", "_pending")
+    __slots__ = ("_after_cr", "_pending", "held")
 
     def __init__(self) -> None:
         self._pending: list[bytes] = []  # the incomplete event's pieces, none empty
         self._after_cr = False  # the last read ended in CR: a LF opening the next is its pair
+        self.held = 0  # bytes of the incomplete event (the caller bounds it)
 
     def feed(self, data: bytes) -> bytes:
         """Complete events available so far (possibly empty); keeps the incomplete tail."""
@@ -109,18 +110,21 @@ class SSEBuffer:
             if not (pending and data.startswith(b"\n") and pending[-1].endswith(b"\n")):
                 if data:
                     pending.append(data)
+                    self.held += len(data)
                 return b""
             end = 1
         pending.append(data[:end])
         whole = b"".join(pending)
         pending.clear()
-        if end < len(data):
+        self.held = len(data) - end
+        if self.held:
             pending.append(data[end:])
         return whole
 
     def flush(self) -> bytes:
         data = b"".join(self._pending)
         self._pending.clear()
+        self.held = 0
         return data
 
 

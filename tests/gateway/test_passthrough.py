@@ -610,3 +610,28 @@ def test_an_engines_error_event_mid_stream_is_a_stream_error_and_its_failure() -
             labels = {"tenant": "t", "tier": "nvfp4"}
             assert gw.metric_at_least("tiergate_stream_errors_total", labels, 1) == 1
             assert gw.app.runtime.tiers[0].endpoints[0].circuit.consecutive_failures == 1
+
+
+def test_an_event_that_never_ends_is_cut_past_the_response_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An upstream that never sends the blank line ending an event was buffered until
+    total_s (15 minutes by default), with no bound like a JSON body's."""
+    monkeypatch.setattr(relay, "MAX_RESPONSE_BYTES", 256 * 1024)
+    first = b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n'
+    endless = b'data: {"choices":[{"index":0,"delta":{"content":"' + b"x" * 65536
+    with FakeUpstream() as cheap, FakeUpstream() as top:
+        cheap.reply = Reply(
+            pieces=[first, *[endless] * 64],
+            piece_interval_s=0.01,
+            content_type=b"text/event-stream",
+        )
+        settings = two_tiers(cheap, top, first_byte_s=1.0, total_s=30.0)
+        with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
+            started = time.monotonic()
+            status, _, body = call(gw, {**ASK, "stream": True})
+            assert time.monotonic() - started < 10.0
+            assert status == 200 and body.startswith(first)
+            assert b'"error"' in body and b"[DONE]" not in body and b"x" * 100 not in body
+            labels = {"tenant": "t", "tier": "nvfp4"}
+            assert gw.metric_at_least("tiergate_stream_errors_total", labels, 1) == 1
