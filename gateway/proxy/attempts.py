@@ -206,6 +206,7 @@ class Attempter:
             status = response.status
             if status < 400 or status in CLIENT_ERRORS:
                 if exchange.record.stream and status == 200:
+                    _require_a_stream(response)
                     first_byte_left = self.timeouts.first_byte_s - (time.perf_counter() - asked)
                     await _first_event(response, first_byte_left, exchange.kind)
                     return response, None
@@ -265,6 +266,14 @@ async def _first_event(response: UpstreamResponse, wait_s: float, kind: Endpoint
     except TimeoutError:
         raise UpstreamTimeout("upstream sent no event within first_byte_s") from None
     _require_an_event(response)
+
+
+def _require_a_stream(response: UpstreamResponse) -> None:
+    """A JSON answer to a stream request (a proxy or engine that ignored `stream`), relayed
+    as a stream, would reach the client as an event stream with no event in it."""
+    kind = response.header(b"content-type") or b""
+    if kind.startswith(b"application/json"):
+        raise UpstreamProtocolError("upstream answered a stream request with JSON")
 
 
 def _require_an_event(response: UpstreamResponse) -> None:

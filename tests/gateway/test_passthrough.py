@@ -635,3 +635,19 @@ def test_an_event_that_never_ends_is_cut_past_the_response_limit(
             assert b'"error"' in body and b"[DONE]" not in body and b"x" * 100 not in body
             labels = {"tenant": "t", "tier": "nvfp4"}
             assert gw.metric_at_least("tiergate_stream_errors_total", labels, 1) == 1
+
+
+def test_a_json_answer_to_a_stream_request_fails_over() -> None:
+    """An upstream that ignored `stream` and answered JSON was relayed under
+    text/event-stream: the SDK saw an empty stream. Nothing reached the client yet, so the
+    next tier serves, and the answer counts against its endpoint."""
+    event = b'data: {"id":"c","object":"chat.completion.chunk","model":"served/top","choices":[]}\n\ndata: [DONE]\n\n'
+    with FakeUpstream() as cheap, FakeUpstream() as top:
+        cheap.reply = Reply(pieces=[b'{"id":"c","object":"chat.completion","choices":[]}'])
+        top.reply = Reply(pieces=[event], content_type=b"text/event-stream")
+        settings = two_tiers(cheap, top, first_byte_s=1.0, total_s=5.0)
+        with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
+            status, headers, body = call(gw, {**ASK, "stream": True})
+            assert status == 200 and headers["x-tiergate-tier"] == "bf16"
+            assert body.endswith(b"data: [DONE]\n\n")
+            assert gw.app.runtime.tiers[0].endpoints[0].circuit.consecutive_failures == 1
