@@ -32,6 +32,7 @@ from router_models.ngrams import (
 )
 
 __all__ = [
+    "CACHE_CHARS",
     "CACHE_LIMIT",
     "LeanLinear",
     "LeanScorer",
@@ -46,6 +47,10 @@ __all__ = [
 
 # Entries per cache before it is emptied: bounds memory under adversarial vocabularies.
 CACHE_LIMIT: Final = 1 << 17
+# Characters of keys per cache before it is emptied: entries alone do not bound memory, since a
+# word may be 8,192 characters (one-word prompts of 6,144 filled 3 GiB at CACHE_LIMIT). Natural
+# text, about 7 characters a word, reaches CACHE_LIMIT first.
+CACHE_CHARS: Final = 1 << 23
 
 
 class LeanScorer(Protocol):
@@ -97,6 +102,7 @@ class LeanLinear:
         )
         self._words: dict[str, float] = {}
         self._pairs: dict[tuple[str, str], float] = {}
+        self._word_chars = self._pair_chars = 0  # characters of the caches' keys
 
     def score(
         self, words: Sequence[str], distinct: Mapping[str, None], dense: Sequence[float]
@@ -139,9 +145,11 @@ class LeanLinear:
             )
             found = spec.word_weight * coef[gram_bucket(word, WORD_SALT, mask)]
             found += spec.char_weight * chars
-            if len(self._words) >= CACHE_LIMIT:
+            if len(self._words) >= CACHE_LIMIT or self._word_chars >= CACHE_CHARS:
                 self._words.clear()
+                self._word_chars = 0
             self._words[word] = found
+            self._word_chars += len(word)
         return found
 
     def _pair(self, pair: tuple[str, str]) -> float:
@@ -149,9 +157,11 @@ class LeanLinear:
         if found is None:
             bucket = gram_bucket(bigram_key(*pair), BIGRAM_SALT, self._mask)
             found = self._spec.bigram_weight * self._coef[bucket]
-            if len(self._pairs) >= CACHE_LIMIT:
+            if len(self._pairs) >= CACHE_LIMIT or self._pair_chars >= CACHE_CHARS:
                 self._pairs.clear()
+                self._pair_chars = 0
             self._pairs[pair] = found
+            self._pair_chars += len(pair[0]) + len(pair[1])
         return found
 
 

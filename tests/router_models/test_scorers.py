@@ -7,9 +7,11 @@ import pytest
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 
+from router_models import lean as lean_module
 from router_models.data import LabelSet
 from router_models.features import dense_features
 from router_models.labels import difficulty
+from router_models.lean import LeanLinear
 from router_models.model import RouterModel
 from router_models.ngrams import GramSpec, tokens
 from router_models.request import view_request
@@ -88,6 +90,20 @@ def test_state_round_trip(name: str, three_tier: LabelSet) -> None:
     distinct = dict.fromkeys(words)
     one = lean.score(words, distinct, dense_features(view, words, distinct))
     assert one == pytest.approx(scorer.score(feats)[0], rel=1e-9)
+
+
+def test_lean_caches_are_bounded_in_characters(monkeypatch: pytest.MonkeyPatch) -> None:
+    # CACHE_LIMIT entries alone did not bound memory: one-word prompts of 6,144 characters
+    # filled the word cache at ~24 KiB an entry (3 GiB at the limit).
+    monkeypatch.setattr(lean_module, "CACHE_CHARS", 1000)
+    spec = GramSpec(bits=10, bigram_weight=0.5)
+    lean = LeanLinear(spec, np.random.default_rng(0).normal(size=spec.n_buckets), 0.0, [], [])
+    for i in range(20):
+        words = [f"{i}" + "x" * 300, "short", f"{i}" + "y" * 300]
+        cold = lean.text_score(words)
+        assert lean.text_score(words) == cold  # a warm cache scores alike
+        assert sum(map(len, lean._words)) <= 1000 + 2 * 303
+        assert sum(len(a) + len(b) for a, b in lean._pairs) <= 1000 + 2 * 303 + 2 * 5
 
 
 def test_unknown_scorer_and_bad_target() -> None:
