@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 from hypothesis import given, settings
@@ -122,6 +123,16 @@ def test_a_reasoning_models_turns_sent_back_read_as_the_chat_vllm_renders() -> N
     }
     assert view_request(responses) == view_request(chat)
     assert responses["input"][1] is thought and "reasoning" not in call  # the body is untouched
+
+
+def test_a_long_run_of_function_calls_is_read_in_linear_time() -> None:
+    """Each call of a run rebuilt the assistant turn's list of calls: 16,384 calls took
+    0.65 s on the event loop, 50,000 about 6 s. Linear, they take a few tens of ms."""
+    call = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
+    started = time.perf_counter()
+    view = view_request({"input": [call] * 50_000})
+    assert time.perf_counter() - started < 2.0
+    assert view.n_tool == 50_000 and view.n_assistant == 1
 
 
 def test_a_responses_request_with_a_prompt_field_is_still_read_as_one() -> None:
