@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from gateway.config import parse_settings
+from gateway.protocol import EndpointKind
 from gateway.routing.factory import build_policy
 from gateway.routing.router import RouterPolicy, ladder_positions
 from gateway.tenants.registry import TenantRegistry
@@ -415,6 +416,22 @@ def test_the_decision_reports_the_chosen_tiers_probability() -> None:
         decision = policy.decide(request, "chat", tenant)
         assert decision.tier == 0 and decision.probabilities is not None
         assert decision.probability == decision.probabilities[0] < 1.0
+
+
+def test_a_messages_field_on_other_endpoints_does_not_decide_the_tier() -> None:
+    """vLLM ignores `messages` on completions and responses; the router read any body with
+    one as a chat, so `"messages": []` made a hard prompt score as an empty request."""
+    policy, tenant = _router_policy({"nvfp4": 0.0, "w4a16": 0.0})
+    kinds: tuple[tuple[EndpointKind, str], ...] = (
+        ("completions", "prompt"),
+        ("responses", "input"),
+    )
+    for kind, field in kinds:
+        for question in QUESTIONS:
+            request = {"model": MODEL, field: question}
+            decision = policy.decide(request, kind, tenant)
+            for extra in ([], [{"role": "user", "content": "hi"}]):
+                assert policy.decide({**request, "messages": extra}, kind, tenant) == decision
 
 
 def test_a_tier_missing_from_explicit_thresholds_gets_the_default_threshold() -> None:
