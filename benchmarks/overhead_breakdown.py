@@ -56,7 +56,7 @@ BODY = json.dumps(CHAT).encode()
 Handler = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
 # variant -> (owner, attribute, no-op) replaced for that variant's blocks
 STUBS: dict[str, list[tuple[Any, str, Any]]] = {
-    "router score": [(RouterModel, "score_one", lambda self, request: 0.0)],
+    "router score": [(RouterModel, "score_one", lambda self, request, kind=None: 0.0)],
     "validation": [(protocol, "_plainly_valid", lambda kind, data: True)],
     "metrics": [(metrics.GatewayMetrics, "record", lambda self, record: None)],
     "observer events": [

@@ -119,9 +119,10 @@ class RouterModel:
         return self._metadata
 
     # -- hot path ---------------------------------------------------------------------------
-    def score_one(self, request: Mapping[str, Any]) -> float:
-        """Raw difficulty score of one OpenAI request body (higher = harder)."""
-        view = view_request(request)
+    def score_one(self, request: Mapping[str, Any], kind: str | None = None) -> float:
+        """Raw difficulty score of one OpenAI request body (higher = harder); `kind` is the
+        endpoint it came to (`view_request`)."""
+        view = view_request(request, kind)
         words = tokens(view.text)
         distinct = dict.fromkeys(words)
         return self._lean.score(words, distinct, dense_features(view, words, distinct))

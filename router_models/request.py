@@ -60,16 +60,29 @@ def content_text(content: Any) -> tuple[str, int]:
     return "\n".join(texts), media
 
 
-def view_request(request: Mapping[str, Any]) -> RequestView:
-    """One pass over the request body; never raises on a mapping."""
-    messages = request.get("messages")
-    if isinstance(messages, list):
-        return _view_chat(request, messages)
+def view_request(request: Mapping[str, Any], kind: str | None = None) -> RequestView:
+    """One pass over the request body; never raises on a mapping. `kind` ("chat",
+    "completions", "responses": the endpoint it came to) decides how it is read, as vLLM
+    reads it: another endpoint's fields (a `messages` on completions) are ignored. Without
+    it (label files), the body's own fields tell."""
+    if kind is None:
+        kind = _kind_of(request)
+    if kind == "chat":
+        messages = request.get("messages")
+        return _view_chat(request, messages if isinstance(messages, list) else [])
+    if kind == "responses":
+        return _view_responses(request)
+    return _view_completion(request)
+
+
+def _kind_of(request: Mapping[str, Any]) -> str:
+    if isinstance(request.get("messages"), list):
+        return "chat"
     # A Responses body may carry `prompt` too (a stored prompt's reference, or null): only
     # a string or a list is a completions prompt.
     if "input" in request and not isinstance(request.get("prompt"), str | list):
-        return _view_responses(request)
-    return _view_completion(request)
+        return "responses"
+    return "completions"
 
 
 def _view_responses(request: Mapping[str, Any]) -> RequestView:

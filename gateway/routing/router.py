@@ -121,7 +121,7 @@ class RouterPolicy:
     # -- the decision (hot path) ------------------------------------------------------------
     def decide(self, request: Mapping[str, Any], kind: EndpointKind, tenant: Tenant) -> Decision:
         model, positions = self.tenant_models.get(tenant.name, (self.model, self.positions))
-        score = model.score_one(_as_its_endpoint_reads_it(request, kind))
+        score = model.score_one(request, kind)
         on_model = model.routing_proba_one(score)
         probabilities = tuple(on_model[position] for position in positions)
         thresholds = self.routing[tenant.name].thresholds
@@ -176,15 +176,6 @@ class RouterPolicy:
         self.tenant_models[tenant] = (model, ladder_positions(model.tiers, self.tier_names))
         if routing is not None:
             self.routing[tenant] = routing
-
-
-def _as_its_endpoint_reads_it(request: Mapping[str, Any], kind: EndpointKind) -> Mapping[str, Any]:
-    """The body without a `messages` field on completions and responses: vLLM ignores one
-    there, but the request view reads any body that has one as a chat, so an extra field
-    decided the tier of a prompt it never showed the model."""
-    if kind != "chat" and "messages" in request:
-        return {key: value for key, value in request.items() if key != "messages"}
-    return request
 
 
 def tune_on(
