@@ -416,21 +416,26 @@ def test_a_stream_silent_after_its_headers_fails_over_within_first_byte_s() -> N
             assert gw.app.runtime.tiers[0].endpoints[0].circuit.consecutive_failures == 1
 
 
-def test_a_stream_that_ends_before_its_first_event_fails_over() -> None:
-    """A 200 stream whose body ends empty answered nothing: relayed, the client got an empty
-    200 and no error. Nothing reached the client, so the next tier serves, and the empty
-    answer counts against its endpoint."""
+def _stream_failed_over_from(cheap_reply: Reply) -> None:
+    """A stream request whose cheap tier answers `cheap_reply`: the top tier serves it whole,
+    and the cheap endpoint's circuit counts the failure."""
     event = b'data: {"id":"c","object":"chat.completion.chunk","model":"served/top","choices":[]}\n\ndata: [DONE]\n\n'
     with FakeUpstream() as cheap, FakeUpstream() as top:
-        kind = b"text/event-stream"
-        cheap.reply = Reply(pieces=[], content_type=kind)
-        top.reply = Reply(pieces=[event], content_type=kind)
+        cheap.reply = cheap_reply
+        top.reply = Reply(pieces=[event], content_type=b"text/event-stream")
         settings = two_tiers(cheap, top, first_byte_s=1.0, total_s=5.0)
         with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
             status, headers, body = call(gw, {**ASK, "stream": True})
             assert status == 200 and headers["x-tiergate-tier"] == "bf16"
             assert body.endswith(b"data: [DONE]\n\n")
             assert gw.app.runtime.tiers[0].endpoints[0].circuit.consecutive_failures == 1
+
+
+def test_a_stream_that_ends_before_its_first_event_fails_over() -> None:
+    """A 200 stream whose body ends empty answered nothing: relayed, the client got an empty
+    200 and no error. Nothing reached the client, so the next tier serves, and the empty
+    answer counts against its endpoint."""
+    _stream_failed_over_from(Reply(pieces=[], content_type=b"text/event-stream"))
 
 
 def _responses_event(kind: str, fields: str) -> bytes:
@@ -641,13 +646,4 @@ def test_a_json_answer_to_a_stream_request_fails_over() -> None:
     """An upstream that ignored `stream` and answered JSON was relayed under
     text/event-stream: the SDK saw an empty stream. Nothing reached the client yet, so the
     next tier serves, and the answer counts against its endpoint."""
-    event = b'data: {"id":"c","object":"chat.completion.chunk","model":"served/top","choices":[]}\n\ndata: [DONE]\n\n'
-    with FakeUpstream() as cheap, FakeUpstream() as top:
-        cheap.reply = Reply(pieces=[b'{"id":"c","object":"chat.completion","choices":[]}'])
-        top.reply = Reply(pieces=[event], content_type=b"text/event-stream")
-        settings = two_tiers(cheap, top, first_byte_s=1.0, total_s=5.0)
-        with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
-            status, headers, body = call(gw, {**ASK, "stream": True})
-            assert status == 200 and headers["x-tiergate-tier"] == "bf16"
-            assert body.endswith(b"data: [DONE]\n\n")
-            assert gw.app.runtime.tiers[0].endpoints[0].circuit.consecutive_failures == 1
+    _stream_failed_over_from(Reply(pieces=[b'{"id":"c","object":"chat.completion","choices":[]}']))
