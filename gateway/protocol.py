@@ -201,12 +201,12 @@ def parse_request(
         raise InvalidRequestError("Request body must be a JSON object.")
     if kind != "completions":
         _check_message_count(kind, data, limits.max_messages)
-    _check_list_sizes(kind, data, limits)  # before the depth walk and pydantic, per element
     _check_depth(body, data, limits.max_json_depth)
     if kind == "responses":
         _refuse_stateful(data)
     if _plainly_valid(kind, data):
-        return data
+        return data  # string prompts and contents: no list to bound
+    _check_list_sizes(kind, data, limits)  # before pydantic's per-element work
     try:
         _REQUEST_MODELS[kind].model_validate(data)
     except ValidationError as exc:
