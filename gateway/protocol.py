@@ -406,8 +406,11 @@ def _check_depth(body: bytes, data: Any, max_depth: int) -> None:
         node, depth = stack.pop()
         if depth > max_depth:
             raise _too_deep(max_depth)
-        children = node.values() if isinstance(node, dict) else node
-        if not isinstance(node, dict | list):
+        if isinstance(node, dict):
+            children: Any = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
             continue
         walked += len(children)
         if walked > _WALK_BUDGET:
