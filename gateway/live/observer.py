@@ -51,6 +51,7 @@ from gateway.planner.planner import (
     with_engine_kv_capacity,
 )
 from gateway.precision import Precision
+from gateway.protocol import EndpointKind
 from gateway.stats import CompletedExchange
 from gateway.tenants.limits import TokenBucket
 
@@ -67,6 +68,7 @@ class Sample:
     body: bytes
     at: float
     rate: float = 1.0  # the sampling rate it was taken at (scales the LRU replay)
+    kind: EndpointKind = "chat"  # the endpoint it came to: which field the engine read
 
 
 @dataclass(slots=True)
@@ -127,10 +129,10 @@ def flags_from_snapshot(snapshot: VllmMetricsSnapshot) -> RunningFlags:
     )
 
 
-def first_prompt(request: dict[str, Any]) -> str | list[int] | None:
+def first_prompt(request: dict[str, Any], kind: EndpointKind) -> str | list[int] | None:
     """The prompt of a sampled request that choice 0 answers: None for chat (its messages),
     the text or token ids of a completions prompt, the first of a list of prompts."""
-    if "messages" in request:
+    if kind == "chat":
         return None
     prompt = request.get("prompt")
     if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int):
@@ -350,14 +352,16 @@ class LiveObserver:
         return state
 
     # -- ExchangeListener (request path: cheap, never raises) --------------------------------
-    def wants_capture(self, tenant: str, tier: int, request: dict[str, Any]) -> bool:
+    def wants_capture(
+        self, tenant: str, tier: int, request: dict[str, Any], kind: EndpointKind
+    ) -> bool:
         if self.rate <= 0.0:
             return False
         if self._arrivals.arrived(self.clock()):
             cap = self._samples_cap(self.settings)
             per_s = self._arrivals.per_s
             self.effective_rate = held_rate(self.effective_rate, self.rate, per_s, cap)
-        if not is_sampled(request_key_hash(request), self.effective_rate):
+        if not is_sampled(request_key_hash(request, kind), self.effective_rate):
             return False
         return self._sample_budget.try_take(1.0) == 0.0
 
@@ -388,7 +392,7 @@ class LiveObserver:
         # The rate may have dropped since capture (the budget, or a reload that lowered
         # sample_rate or turned the observer off): a conversation no longer sampled would be
         # replayed under a bound that leaves it out (at rate 0, one block).
-        if not is_sampled(request_key_hash(exchange.request), self.effective_rate):
+        if not is_sampled(request_key_hash(exchange.request, exchange.kind), self.effective_rate):
             return
         sample = Sample(
             exchange.tier,
@@ -400,6 +404,7 @@ class LiveObserver:
             # superset): the replay is bounded for the set it now receives, this worker's
             # share of it.
             self.effective_rate / self.workers,
+            exchange.kind,
         )
         try:
             self._queue.put_nowait(sample)
@@ -450,7 +455,7 @@ class LiveObserver:
             return
         served = state.tier.served_model_name
         request = sample.request
-        prompt = first_prompt(request)
+        prompt = first_prompt(request, sample.kind)
         if isinstance(prompt, list):
             prompt_ids: list[int] | None = prompt  # already token ids
         else:

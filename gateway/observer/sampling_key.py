@@ -101,11 +101,14 @@ def _prompt_head(prompt: Any) -> str:
     return ""
 
 
-def sampling_key(request: dict[str, Any]) -> str:
-    """The part of a request that every request sharing its prefix has (module docstring)."""
+def sampling_key(request: dict[str, Any], kind: str | None = None) -> str:
+    """The part of a request that every request sharing its prefix has (module docstring).
+    `kind` is the endpoint it came to: the engine reads a chat body's `messages` and a
+    completions body's `prompt`, whatever else the body holds. Without it, the body's own
+    fields tell."""
     messages = request.get("messages")
-    if isinstance(messages, list):
-        return "chat\x02" + _chat_root(messages)
+    if kind == "chat" or (kind is None and isinstance(messages, list)):
+        return "chat\x02" + _chat_root(messages if isinstance(messages, list) else [])
     return "prompt\x02" + _prompt_head(request.get("prompt"))
 
 
@@ -115,8 +118,8 @@ def hash_key(key: str) -> int:
     return int.from_bytes(digest, "little")
 
 
-def request_key_hash(request: dict[str, Any]) -> int:
-    return hash_key(sampling_key(request))
+def request_key_hash(request: dict[str, Any], kind: str | None = None) -> int:
+    return hash_key(sampling_key(request, kind))
 
 
 def is_sampled(key_hash: int, rate: float) -> bool:

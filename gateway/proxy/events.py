@@ -8,14 +8,18 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from gateway.protocol import EndpointKind
 from gateway.stats import CompletedExchange
 
 
 class ExchangeListener(Protocol):
-    def wants_capture(self, tenant: str, tier: int, request: dict[str, Any]) -> bool:
+    def wants_capture(
+        self, tenant: str, tier: int, request: dict[str, Any], kind: EndpointKind
+    ) -> bool:
         """Whether this request's answer should be kept for the listener (sampling), given
-        the ladder tier routing chose for it and the request (the regime observer samples
-        by a hash of its conversation)."""
+        the ladder tier routing chose for it, the request and the endpoint it came to (the
+        regime observer samples by a hash of its conversation, read as the engine reads
+        the body)."""
         ...
 
     def upstream_started(self, tier: str, tenant: str) -> None: ...

@@ -234,7 +234,7 @@ class ProxyService:
         wanted = [
             listener
             for listener in listeners
-            if listener.wants_capture(tenant.name, decision.tier, request)
+            if listener.wants_capture(tenant.name, decision.tier, request, kind)
         ]
         if wanted:
             exchange.captured = []

@@ -28,6 +28,7 @@ from gateway.backends.tier import TierBackend, served_name
 from gateway.config import Settings
 from gateway.metrics import GatewayMetrics
 from gateway.observer.completions import completion_texts
+from gateway.protocol import EndpointKind
 from gateway.proxy.rewrite import usage_counts
 from gateway.shadow.judges import decides_stochastic, judge
 from gateway.shadow.labels import LabelLog
@@ -66,6 +67,16 @@ def is_deterministic(request: dict[str, Any]) -> bool:
     """Greedy or seeded decoding: the same precision would reproduce the same text."""
     temperature = request.get("temperature")
     return temperature == 0 or request.get("seed") is not None
+
+
+def as_engine_reads(request: dict[str, Any], kind: EndpointKind) -> dict[str, Any]:
+    """The body without the text field its endpoint ignores (a `messages` on completions, a
+    `prompt` on chat): a label line describes the request the engine answered, and a model
+    trained on it reads the body's own fields (view_request without a kind)."""
+    ignored = "prompt" if kind == "chat" else "messages"
+    if ignored not in request:
+        return request
+    return {name: value for name, value in request.items() if name != ignored}
 
 
 def kept_request(request: dict[str, Any]) -> dict[str, Any]:
@@ -189,7 +200,9 @@ class ShadowSampler:
         return any(rate > 0 for rate in self.rates.values())
 
     # -- ExchangeListener: cheap, never raises --------------------------------------------
-    def wants_capture(self, tenant: str, tier: int, request: dict[str, Any]) -> bool:
+    def wants_capture(
+        self, tenant: str, tier: int, request: dict[str, Any], kind: EndpointKind
+    ) -> bool:
         # A random draw: labels want requests independent of each other, not conversations.
         rate = self.rates.get(tenant, 0.0)
         if rate <= 0 or self.settings.budget_share <= 0:
@@ -447,7 +460,7 @@ class ShadowSampler:
                 "p": predicted,
             },
         }
-        request = exchange.request
+        request = as_engine_reads(exchange.request, exchange.kind)
         if self.keep_text.get(exchange.tenant, False):
             line["request"] = kept_request(request)
         elif self.features is not None:
@@ -500,6 +513,7 @@ __all__ = [
     "FEATURE_FIELDS",
     "LabelSink",
     "ShadowSampler",
+    "as_engine_reads",
     "is_deterministic",
     "kept_request",
     "pick_below",

@@ -171,6 +171,19 @@ def test_a_completions_key_is_the_prompts_head() -> None:
     )
 
 
+def test_the_endpoint_decides_which_field_is_keyed() -> None:
+    """vLLM reads a chat body's messages and a completions body's prompt, and ignores the
+    other: a stray field must not move a request into another conversation's sample."""
+    user = [{"role": "user", "content": "a stray question"}]
+    stray_messages = {"prompt": "a story", "messages": user}
+    assert request_key_hash(stray_messages, "completions") == request_key_hash(
+        {"prompt": "a story"}
+    )
+    assert request_key_hash(stray_messages, "completions") != request_key_hash(stray_messages)
+    stray_prompt = {"messages": "not a list", "prompt": "a story"}
+    assert sampling_key(stray_prompt, "chat") == sampling_key({"messages": []})
+
+
 @pytest.mark.parametrize(
     "request_",
     [

@@ -410,6 +410,29 @@ def test_a_sampled_chat_is_tokenized_with_its_tools(monkeypatch: pytest.MonkeyPa
     assert "temperature" not in queries[0]
 
 
+def test_a_sampled_completion_is_tokenized_from_its_prompt(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A completions body's stray `messages`, which vLLM ignores, is not what the replay
+    tokenizes."""
+    observer = observer_over([tier("nv", "nvfp4", 8), tier("x", "bf16", 7)], {})
+    backend = next(b for b in observer.tiers() if b.name == "nv")
+    endpoint: Any = SimpleNamespace(endpoint=SimpleNamespace(url="u"), healthy=True)
+    backend.endpoints[:] = [endpoint]
+    queries: list[dict[str, Any]] = []
+
+    async def tokenize(_endpoint: Any, query: dict[str, Any]) -> list[int]:
+        queries.append(query)
+        return [1, 2, 3]
+
+    monkeypatch.setattr(upstream, "tokenize", tokenize)
+    request = {"prompt": "Once upon a time", "messages": [{"role": "user", "content": "hi"}]}
+    sample = Sample("nv", "default", request, b"", 1.0, kind="completions")
+    asyncio.run(observer.process(sample))
+    assert queries[0]["prompt"] == "Once upon a time"
+    assert "messages" not in queries[0]
+
+
 def test_the_knee_comes_from_the_kv_blocks_the_engines_report(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

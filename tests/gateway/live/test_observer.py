@@ -199,8 +199,12 @@ def test_regime_plan_and_drift(observed: tuple[Ladder, GatewayThread]) -> None:
 
 
 def test_first_prompt_is_what_choice_zero_answers() -> None:
-    assert first_prompt({"messages": [{"role": "user", "content": "hi"}]}) is None
-    assert first_prompt({"prompt": "once"}) == "once"
-    assert first_prompt({"prompt": ["first", "second"]}) == "first"
-    assert first_prompt({"prompt": [5, 6, 7]}) == [5, 6, 7]  # one prompt of token ids
-    assert first_prompt({"prompt": [[1, 2], [3]]}) == [1, 2]
+    assert first_prompt({"messages": [{"role": "user", "content": "hi"}]}, "chat") is None
+    assert first_prompt({"prompt": "once"}, "completions") == "once"
+    assert first_prompt({"prompt": ["first", "second"]}, "completions") == "first"
+    assert first_prompt({"prompt": [5, 6, 7]}, "completions") == [
+        5,
+        6,
+        7,
+    ]  # one prompt of token ids
+    assert first_prompt({"prompt": [[1, 2], [3]]}, "completions") == [1, 2]

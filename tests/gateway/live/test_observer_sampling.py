@@ -73,7 +73,7 @@ def test_a_conversation_is_sampled_whole() -> None:
         decisions = set()
         for turn in range(5):
             clock.now += 0.01
-            decisions.add(live.wants_capture("default", 0, chat(conversation, turn)))
+            decisions.add(live.wants_capture("default", 0, chat(conversation, turn), "chat"))
         assert len(decisions) == 1, conversation
         assert decisions.pop() == is_sampled(request_key_hash(chat(conversation, 0)), 0.2)
 
@@ -85,7 +85,7 @@ def test_the_budget_lowers_the_threshold_and_sampling_stays_consistent() -> None
     for step in range(45_000):  # 1000 requests a second over 3000 conversations
         clock.now = step / 1000
         conversation, turn = step % 3000, step // 3000
-        if live.wants_capture("default", 0, chat(conversation, turn)):
+        if live.wants_capture("default", 0, chat(conversation, turn), "chat"):
             captured.append((conversation, turn))
     rate = live.effective_rate
     assert 20.0 * 2 ** (-1 / 4) < rate * 1000 <= 20.0  # within one budget step
@@ -101,14 +101,14 @@ def test_the_budget_lowers_the_threshold_and_sampling_stays_consistent() -> None
 def test_no_key_is_computed_when_the_observer_cannot_sample(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    def costly(_request: dict[str, Any]) -> int:
+    def costly(_request: dict[str, Any], _kind: str | None = None) -> int:
         raise AssertionError("hashed a request the observer could not sample")
 
     monkeypatch.setattr(observer_module, "request_key_hash", costly)
     clock = Clock()
-    assert not observer_with(clock, sample_rate=0.0).wants_capture("default", 0, chat(1, 0))
+    assert not observer_with(clock, sample_rate=0.0).wants_capture("default", 0, chat(1, 0), "chat")
     off = observer_with(clock, enabled=False, sample_rate=1.0)
-    assert not off.wants_capture("default", 0, chat(1, 0))
+    assert not off.wants_capture("default", 0, chat(1, 0), "chat")
 
 
 def test_the_rate_of_a_sample_bounds_the_lru_replay(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -139,14 +139,14 @@ def test_a_reload_keeps_the_arrival_rate_and_with_it_the_sampled_conversations()
     live = observer_with(clock, sample_rate=0.1, max_samples_per_s=20.0)
     for step in range(30_000):  # 1000 requests a second: the rate settles
         clock.now = step / 1000
-        live.wants_capture("default", 0, chat(step % 3000, step // 3000))
+        live.wants_capture("default", 0, chat(step % 3000, step // 3000), "chat")
     settled = live.effective_rate
     assert settled * 1000 <= 20.0
     live.configure(live.settings)  # a reload that changes nothing about the observer
     assert live.effective_rate == settled
     for step in range(30_000, 31_500):
         clock.now = step / 1000
-        live.wants_capture("default", 0, chat(step % 3000, step // 3000))
+        live.wants_capture("default", 0, chat(step % 3000, step // 3000), "chat")
     assert live.effective_rate == settled
 
 
@@ -160,7 +160,7 @@ def test_steady_traffic_near_a_budget_step_does_not_flip_the_threshold() -> None
     rates = []
     while clock.now < 300.0:
         clock.now += arrivals.expovariate(200 * 2 ** (1 / 4))
-        live.wants_capture("default", 0, chat(arrivals.randrange(3000), 0))
+        live.wants_capture("default", 0, chat(arrivals.randrange(3000), 0), "chat")
         if clock.now > 60.0:  # the EWMA has settled
             rates.append(live.effective_rate)
     changes = sum(1 for before, after in itertools.pairwise(rates) if before != after)
@@ -182,7 +182,7 @@ def test_a_sample_whose_conversation_the_rate_left_out_since_capture_is_not_repl
         chat(c, 0)
         for c in range(200)
         if not is_sampled(request_key_hash(chat(c, 0)), 0.1)
-        and live.wants_capture("default", 1, chat(c, 0))
+        and live.wants_capture("default", 1, chat(c, 0), "chat")
     )
     kept = next(chat(c, 0) for c in range(200) if is_sampled(request_key_hash(chat(c, 0)), 0.1))
 
@@ -214,7 +214,7 @@ def test_a_reload_that_changes_the_window_applies_it_to_the_kept_tiers() -> None
     over 300 s after the file said 60 (only tiers added by the reload got the new one)."""
     clock = Clock()
     live = observer_with(clock, window_s=300.0)
-    live.wants_capture("default", 1, chat(1, 0))
+    live.wants_capture("default", 1, chat(1, 0), "chat")
     shorter = live.settings.model_copy(
         update={"observer": live.observer.model_copy(update={"window_s": 60.0})}
     )
@@ -276,7 +276,7 @@ def test_a_worker_samples_its_share_of_the_cap_and_replays_its_share_of_the_cach
     for step in range(45_000):  # this worker's half: 500 requests a second
         clock.now = step / 500
         conversation, turn = step % 3000, step // 3000
-        captured += live.wants_capture("default", 0, chat(conversation, turn))
+        captured += live.wants_capture("default", 0, chat(conversation, turn), "chat")
     assert captured / 90 <= 10.0 + 0.5  # half of the cap for each of the two workers
     assert 10.0 * 2 ** (-1 / 4) < live.effective_rate * 500 <= 10.0
     sampled = next(

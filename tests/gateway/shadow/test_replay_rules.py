@@ -92,7 +92,7 @@ def test_exploration_stays_within_the_allowed_tiers(draw: float) -> None:
 
 def test_no_replay_when_the_reference_tier_is_not_allowed() -> None:
     harness = Harness(settings(allowed_tiers=["nvfp4", "w4a16"]))
-    assert not harness.sampler.wants_capture("default", 0, {})
+    assert not harness.sampler.wants_capture("default", 0, {}, "chat")
     assert harness.count("nvfp4", "skipped_tier_not_allowed") == 1
     assert harness.evaluate(exchange(1)) is None  # captured before a reload, say
     assert harness.replayed == []
@@ -122,7 +122,7 @@ def test_a_zero_budget_share_means_no_replays() -> None:
     assert replay_budget(0.1, 4) == 1  # a positive share allows at least one
     assert replay_budget(0.1, 512) == 51
     harness = Harness(settings(shadow={"budget_share": 0.0}))
-    assert not harness.sampler.wants_capture("default", 0, {})
+    assert not harness.sampler.wants_capture("default", 0, {}, "chat")
     assert harness.evaluate(exchange(0)) is None
     assert harness.replayed == [] and harness.count("nvfp4", "skipped_budget") == 1
 
@@ -196,6 +196,21 @@ def test_kept_text_lines_keep_every_field_the_features_read() -> None:
     harness = Harness(settings(shadow_keep_text=True))
     line = harness.sampler._line(exchange(0, request), "nvfp4", True, "exact", None)
     assert line["request"] == kept
+
+
+@pytest.mark.parametrize("keep_text", [True, False])
+def test_a_label_line_describes_the_body_the_engine_read(keep_text: bool) -> None:
+    """A completions body's stray `messages` (vLLM ignores it) must not reach the label log,
+    where training reads the body's own fields and would take it for a chat."""
+    stray = {"prompt": "Once upon a time", "messages": [{"role": "user", "content": "2+2?"}]}
+    completion = dataclasses.replace(exchange(0, stray), kind="completions")
+    harness = Harness(settings(shadow_keep_text=keep_text))
+    line = harness.sampler._line(completion, "nvfp4", True, "exact", None)
+    if keep_text:
+        assert line["request"] == {"prompt": "Once upon a time"}
+    else:
+        assert line["features"] == named_dense_features({"prompt": "Once upon a time"})
+        assert line["features"] != named_dense_features(stray)
 
 
 def test_a_replay_carries_the_clients_request_id_marked_as_a_replay() -> None:
