@@ -43,7 +43,7 @@ from gateway.proxy.relay import (
     relay_body,
     relay_stream,
 )
-from gateway.proxy.rewrite import ModelRewriter, only_opening_events
+from gateway.proxy.rewrite import ModelRewriter, holds_no_output
 from gateway.stats import Attempt
 
 # Upstream statuses that are the client's own mistake: relayed as they are, never retried.
@@ -247,25 +247,24 @@ async def _first_event(response: UpstreamResponse, wait_s: float, kind: Endpoint
     """Waits for a stream's first bytes of body. vLLM sends a stream's headers before its
     engine has even scheduled the request: an engine that stalls or dies before its first
     event does so after the headers. Nothing has reached the client yet, so that is this
-    attempt's failure (first_byte_s bounds it) and another endpoint may serve. A Responses
-    stream's opening events come as early as its headers: the wait goes on past them."""
-    responses = kind == "responses"
-    if response.has_body and not responses:
-        _require_an_event(response)
+    attempt's failure (first_byte_s bounds it) and another endpoint may serve. What holds no
+    output (a keep-alive comment; a Responses stream's opening events, which come as early
+    as its headers) does not end the wait."""
+    if response.has_body and not holds_no_output(kind, response.body_so_far()):
         return  # it came with the headers: no timer to set and cancel
     try:
         async with asyncio.timeout(wait_s):
             await response.wait_for_body()
             # A full buffer (opening events echo the request's tools and instructions) holds
             # no more until read: the wait ends there, as nothing more could arrive.
-            while responses and not response.complete and not response.reading_paused:
+            while not response.complete and not response.reading_paused:
                 arrived = response.body_so_far()
-                if not only_opening_events(kind, arrived):
+                if not holds_no_output(kind, arrived):
                     break
                 await response.wait_for_body(after=len(arrived))
     except TimeoutError:
         raise UpstreamTimeout("upstream sent no event within first_byte_s") from None
-    _require_an_event(response)
+    _require_an_event(response, kind)
 
 
 def _require_a_stream(response: UpstreamResponse) -> None:
@@ -276,11 +275,11 @@ def _require_a_stream(response: UpstreamResponse) -> None:
         raise UpstreamProtocolError("upstream answered a stream request with JSON")
 
 
-def _require_an_event(response: UpstreamResponse) -> None:
-    """A stream that ended without a byte of body answered nothing: relayed, the client
-    would get an empty 200 and no error. Nothing reached it yet, so another endpoint may
+def _require_an_event(response: UpstreamResponse, kind: EndpointKind) -> None:
+    """A stream that ended before any output answered nothing: relayed, the client would
+    get a 200 with no answer and no error. Nothing reached it yet, so another endpoint may
     serve."""
-    if response.complete and not response.body_so_far():
+    if response.complete and holds_no_output(kind, response.body_so_far()):
         raise UpstreamProtocolError("upstream ended the stream before its first event")
 
 

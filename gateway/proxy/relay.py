@@ -26,7 +26,7 @@ from gateway.protocol import EndpointKind
 from gateway.proxy.channel import ClientChannel
 from gateway.proxy.rewrite import (
     SSEBuffer,
-    only_opening_events,
+    holds_no_output,
     split_usage_event,
     usage_counts,
 )
@@ -205,7 +205,7 @@ def _outgoing(exchange: Exchange, events: bytes) -> bytes:
     """What a batch of whole events becomes for the client (usage the gateway asked for
     taken out, the public model name in); notes TTFT, usage and an engine's error event."""
     record = exchange.record
-    if record.ttft_s is None and not only_opening_events(exchange.kind, events):
+    if record.ttft_s is None and not holds_no_output(exchange.kind, events):
         record.ttft_s = time.perf_counter() - exchange.started
     if _ENGINE_ERROR_MARKERS[0] in events or _ENGINE_ERROR_MARKERS[1] in events:
         # Relayed as it is (already OpenAI's shape), but no success: a stream error, and

@@ -141,12 +141,24 @@ _RESPONSES_EVENT_TYPE: Final = re.compile(
 _OPENING_EVENTS: Final = frozenset((b"created", b"in_progress"))
 
 
-def only_opening_events(kind: EndpointKind, events: bytes) -> bool:
-    """Whether `events` are a Responses stream's opening events alone (`response.created`,
-    `response.in_progress`): no output, or anything else, has come yet."""
+# An SSE comment line (a keep-alive such as `: ping`, which some OpenAI-compatible servers
+# send while a request waits; vLLM sends none).
+_COMMENT_LINE: Final = re.compile(rb"^:[^\r\n]*(?:\r\n|\r|\n|$)", re.MULTILINE)
+
+
+def holds_no_output(kind: EndpointKind, events: bytes) -> bool:
+    """Whether `events` hold no output yet: nothing but SSE comments and, on a Responses
+    stream, its opening events (`response.created`, `response.in_progress`). A keep-alive
+    says the server is up, not that the answer has started: it neither sets the first-token
+    time nor ends the first-byte wait."""
+    if kind != "responses" and events[:1] != b":":
+        return not events  # the common case, a data line first: decided without a scan
+    rest = _COMMENT_LINE.sub(b"", events)
+    if not rest.strip():
+        return True
     if kind != "responses":
         return False
-    types = [data or line for data, line in _RESPONSES_EVENT_TYPE.findall(events)]
+    types = [data or line for data, line in _RESPONSES_EVENT_TYPE.findall(rest)]
     return bool(types) and _OPENING_EVENTS.issuperset(types)
 
 
@@ -186,7 +198,7 @@ def split_usage_event(events: bytes) -> tuple[bytes, bytes]:
 __all__ = [
     "ModelRewriter",
     "SSEBuffer",
-    "only_opening_events",
+    "holds_no_output",
     "split_usage_event",
     "usage_counts",
 ]

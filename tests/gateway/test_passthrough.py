@@ -438,6 +438,21 @@ def test_a_stream_that_ends_before_its_first_event_fails_over() -> None:
     _stream_failed_over_from(Reply(pieces=[], content_type=b"text/event-stream"))
 
 
+def test_a_keep_alive_comment_is_not_a_first_event() -> None:
+    """An engine that sends `: ping` and then nothing within first_byte_s has not started
+    its answer: nothing reached the client (the comment is held), so the next tier serves."""
+    ping = b": ping\n\n"
+    answer = b'data: {"choices":[]}\n\ndata: [DONE]\n\n'
+    stalled = Reply(pieces=[ping, answer], piece_interval_s=3.0, content_type=b"text/event-stream")
+    _stream_failed_over_from(stalled)
+
+
+def test_a_stream_of_keep_alives_alone_fails_over() -> None:
+    _stream_failed_over_from(
+        Reply(pieces=[b": ping\n\n: ping\n\n"], content_type=b"text/event-stream")
+    )
+
+
 def _responses_event(kind: str, fields: str) -> bytes:
     return b'event: %s\ndata: {"type":"%s",%s}\n\n' % (
         kind.encode(),

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from gateway.proxy.rewrite import (
     ModelRewriter,
     SSEBuffer,
-    only_opening_events,
+    holds_no_output,
     split_usage_event,
     usage_counts,
 )
@@ -139,10 +139,19 @@ def test_split_usage_event_keeps_an_empty_choices_event_without_usage() -> None:
     assert split_usage_event(events) == (events, b"")
 
 
-def test_only_opening_events_needs_an_opening_event() -> None:
-    """A keep-alive comment or an empty read is no opening event: it does not hold back the
-    first-token time or the first-byte wait as if the engine were still scheduling."""
+def test_what_holds_no_output() -> None:
+    """Keep-alive comments, and a Responses stream's opening events, are no output: they
+    neither set the first-token time nor end the first-byte wait. Anything else is."""
     opening = b'event: response.created\ndata: {"type":"response.created"}\n\n'
-    assert only_opening_events("responses", opening)
-    assert not only_opening_events("responses", b": keep-alive\n\n")
-    assert not only_opening_events("responses", b"")
+    delta = b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta"}\n\n'
+    chunk = b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n'
+    assert holds_no_output("responses", opening)
+    assert holds_no_output("responses", b": keep-alive\n\n" + opening + b":\r\n\r\n")
+    assert not holds_no_output("responses", opening + delta)
+    for kind in ("chat", "completions", "responses"):
+        assert holds_no_output(kind, b"")
+        assert holds_no_output(kind, b": ping\n\n")
+        assert holds_no_output(kind, b": ping\r\n\r\n:\n\n")
+    assert not holds_no_output("chat", chunk)
+    assert not holds_no_output("chat", b": ping\n\n" + chunk)
+    assert not holds_no_output("completions", b": ping\r\rdata: [DONE]\r\r")
