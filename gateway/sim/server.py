@@ -710,6 +710,10 @@ def _refuse_unsupported(kind: EndpointKind, request: dict[str, Any]) -> None:
         raise SimError(
             400, "Stream options can only be defined when `stream=True`.", "stream_options"
         )
+    stops = request.get("stop")
+    if stops == "" or (isinstance(stops, list) and "" in stops):
+        # vLLM's SamplingParams refuses it: an empty string would match at once.
+        raise SimError(400, "stop cannot contain an empty string.")
     choices = request.get("n") or 1
     if choices > 1 and request.get("temperature") == 0:
         raise SimError(400, f"n must be 1 when using greedy sampling, got {choices}.")

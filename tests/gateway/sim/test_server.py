@@ -208,6 +208,17 @@ def test_an_empty_prompt_is_a_400(prompt: Any) -> None:
     run(check)
 
 
+@pytest.mark.parametrize("path", [CHAT, COMPLETIONS])
+@pytest.mark.parametrize("stop", ["", ["never there", ""]])
+def test_an_empty_stop_string_is_a_400(path: str, stop: Any) -> None:
+    async def check(server: SimServer) -> None:
+        body = chat(stop=stop) if path == CHAT else completion(stop=stop)
+        error = assert_vllm_400(await call(server, "POST", path, body))
+        assert error["message"] == "stop cannot contain an empty string."
+
+    run(check)
+
+
 @pytest.mark.parametrize(
     "body",
     [
