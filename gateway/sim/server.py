@@ -57,6 +57,8 @@ Route = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 # The paths vLLM's --api-key guards; /health, /metrics and /tokenize stay open.
 GUARDED_PREFIXES: Final = ("/v1", "/v2", "/inference", "/cohere")
+# vLLM's _SAMPLING_EPS: a temperature below it is greedy sampling.
+GREEDY_TEMPERATURE_EPS: Final = 1e-5
 _VLLM_ERROR_TYPES = {
     400: "BadRequestError",
     404: "NotFoundError",
@@ -715,12 +717,17 @@ def _refuse_unsupported(kind: EndpointKind, request: dict[str, Any]) -> None:
         # vLLM's SamplingParams refuses it: an empty string would match at once.
         raise SimError(400, "stop cannot contain an empty string.")
     choices = request.get("n") or 1
-    if choices > 1 and request.get("temperature") == 0:
+    if choices > 1 and _is_greedy(request.get("temperature")):
         raise SimError(400, f"n must be 1 when using greedy sampling, got {choices}.")
     if kind != "completions":
         return
     if request.get("suffix") is not None:
         raise SimError(400, "suffix is not currently supported", "suffix")
+
+
+def _is_greedy(temperature: float | None) -> bool:
+    """vLLM samples greedily below its epsilon, not only at exactly 0."""
+    return temperature is not None and temperature < GREEDY_TEMPERATURE_EPS
 
 
 def _top_logprobs(kind: EndpointKind, request: dict[str, Any]) -> int | None:

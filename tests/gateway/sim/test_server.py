@@ -208,6 +208,15 @@ def test_an_empty_prompt_is_a_400(prompt: Any) -> None:
     run(check)
 
 
+@pytest.mark.parametrize("temperature", [0, 1e-6])
+def test_n_choices_under_greedy_sampling_are_a_400(temperature: float) -> None:
+    async def check(server: SimServer) -> None:
+        body = chat(n=2, temperature=temperature)
+        assert "greedy" in assert_vllm_400(await call(server, "POST", CHAT, body))["message"]
+
+    run(check)
+
+
 @pytest.mark.parametrize("path", [CHAT, COMPLETIONS])
 @pytest.mark.parametrize("stop", ["", ["never there", ""]])
 def test_an_empty_stop_string_is_a_400(path: str, stop: Any) -> None:
