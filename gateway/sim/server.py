@@ -331,6 +331,7 @@ class SimServer:
             prompt_tokens += len(prompt_ids)
             # vLLM generates one token for an echo of max_tokens 0 (counted in usage).
             limit = 1 if echo_only else self._token_budget(kind, request, len(prompt_ids))
+            _refuse_min_tokens_above(limit, request.get("min_tokens"))
             echoes += [text if echo else None] * choices
             for choice in range(choices):
                 if plan is None:
@@ -723,6 +724,22 @@ def _refuse_unsupported(kind: EndpointKind, request: dict[str, Any]) -> None:
         return
     if request.get("suffix") is not None:
         raise SimError(400, "suffix is not currently supported", "suffix")
+
+
+def _refuse_min_tokens_above(max_tokens: int, min_tokens: Any) -> None:
+    """vLLM's 400 for a min_tokens the answer may not reach (max_tokens, asked or the rest of
+    the context). The gateway passes the field through unchecked."""
+    if min_tokens is None:
+        return
+    if not isinstance(min_tokens, int) or isinstance(min_tokens, bool) or min_tokens < 0:
+        raise SimError(
+            400, "Invalid value for 'min_tokens': expected an integer >= 0.", "min_tokens"
+        )
+    if min_tokens > max_tokens:
+        raise SimError(
+            400,
+            f"min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}.",
+        )
 
 
 def _is_greedy(temperature: float | None) -> bool:

@@ -208,6 +208,21 @@ def test_an_empty_prompt_is_a_400(prompt: Any) -> None:
     run(check)
 
 
+@pytest.mark.parametrize("path", [CHAT, COMPLETIONS])
+def test_min_tokens_above_max_tokens_is_a_400(path: str) -> None:
+    async def check(server: SimServer) -> None:
+        body = {"max_tokens": 3, "min_tokens": 5}
+        request = chat(**body) if path == CHAT else completion(**body)
+        error = assert_vllm_400(await call(server, "POST", path, request))
+        assert error["message"] == "min_tokens must be less than or equal to max_tokens=3, got 5."
+        fits = chat(**{**body, "min_tokens": 3}) if path == CHAT else completion(min_tokens=3)
+        assert (await call(server, "POST", path, fits)).status == 200
+        typed = chat(min_tokens="5") if path == CHAT else completion(min_tokens="5")
+        assert assert_vllm_400(await call(server, "POST", path, typed))["param"] == "min_tokens"
+
+    run(check)
+
+
 @pytest.mark.parametrize("temperature", [0, 1e-6])
 def test_n_choices_under_greedy_sampling_are_a_400(temperature: float) -> None:
     async def check(server: SimServer) -> None:
