@@ -338,7 +338,7 @@ class SimServer:
                     sequences.append(self._answer(request, prompt_ids, text, choice, limit))
                     tool_calls.append(None)
                 else:
-                    sequence, call = _call_answer(plan, prompt_ids, limit)
+                    sequence, call = _call_answer(plan, prompt_ids, limit, request)
                     sequences.append(sequence)
                     tool_calls.append(call)
         options = request.get("stream_options") or {}
@@ -370,11 +370,10 @@ class SimServer:
             choice=choice,
             length=limit if request.get("ignore_eos") else None,
         )
-        stops = request.get("stop")
         # Generated token by token: a stop string only counts inside the first `limit` tokens.
         cut = cut_at_stop(
             spaced_texts(pieces[:limit]),
-            [stops] if isinstance(stops, str) else stops or (),
+            _stop_strings(request),
             include_stop=request.get("include_stop_str_in_output") is True,
         )
         # An answer of `limit` tokens or more ends at the limit: its end-of-sequence token
@@ -685,15 +684,31 @@ def _plan_call(request: dict[str, Any]) -> PlannedCall | None:
 
 
 def _call_answer(
-    plan: PlannedCall, prompt_ids: list[int], limit: int
+    plan: PlannedCall, prompt_ids: list[int], limit: int, request: dict[str, Any]
 ) -> tuple[Sequence, ToolCallAnswer | None]:
-    """One choice answering with `plan`'s call: its tokens are the call's arguments, which
-    only max_tokens cuts (stop strings do not)."""
-    texts, call = answer_call(plan, limit)
+    """One choice answering with `plan`'s call: its tokens are the call's arguments, cut by
+    max_tokens or a stop string as any output is."""
+    cut, call = answer_call(
+        plan,
+        limit,
+        _stop_strings(request),
+        include_stop=request.get("include_stop_str_in_output") is True,
+    )
     pieces = tokenizer.pieces(plan.arguments)
-    reason = "length" if len(texts) < len(pieces) else "stop"
-    answer = pieces[: len(texts)]
-    return Sequence(prompt_ids=prompt_ids, answer=answer, finish_reason=reason, texts=texts), call
+    reason = "length" if cut.stop is None and cut.tokens < len(pieces) else "stop"
+    sequence = Sequence(
+        prompt_ids=prompt_ids,
+        answer=pieces[: cut.tokens],
+        finish_reason=reason,
+        stop_reason=cut.stop,
+        texts=cut.texts,
+    )
+    return sequence, call
+
+
+def _stop_strings(request: dict[str, Any]) -> list[str]:
+    stops = request.get("stop")
+    return [stops] if isinstance(stops, str) else list(stops or ())
 
 
 def _prompt_texts(prompt: str | list[Any]) -> list[str]:

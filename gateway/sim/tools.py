@@ -3,20 +3,22 @@ reports it (entrypoints/openai/chat_completion/serving.py).
 
 A chat request with tools calls a function: the one `tool_choice` names, else the first
 tool (`"auto"` only when the user spoke last, as a model answering a question would). The
-generated tokens are the call's arguments. A call cut by max_tokens is what vLLM makes of
-cut output: a named call keeps its partial arguments, an auto or required one no longer
-parses as a call and comes back as text.
+generated tokens are the call's arguments. A call cut by max_tokens or a stop string is
+what vLLM makes of cut output: a named call keeps its partial arguments, an auto or
+required one no longer parses as a call and comes back as text.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import orjson
 
 from gateway.sim import tokenizer
+from gateway.sim.stops import StopCut, cut_at_stop
 
 ToolMode = Literal["auto", "required", "named"]
 
@@ -77,20 +79,22 @@ def plan_call(request: dict[str, Any]) -> PlannedCall | None:
     )
 
 
-def answer_call(plan: PlannedCall, limit: int) -> tuple[list[str], ToolCallAnswer | None]:
-    """The texts of the tokens a choice generates for `plan` within `limit` tokens, and its
+def answer_call(
+    plan: PlannedCall, limit: int, stops: Iterable[str] = (), *, include_stop: bool = False
+) -> tuple[StopCut, ToolCallAnswer | None]:
+    """The tokens a choice generates for `plan` within `limit` tokens, up to a stop string
+    (vLLM matches stop strings on the generated text before a tool parser reads it), and its
     call (None when the cut call no longer parses as one)."""
     texts = tokenizer.piece_texts(plan.arguments)
-    if len(texts) > limit:
-        texts = texts[:limit]
-        if plan.mode != "named":
-            return texts, None
+    cut = cut_at_stop(texts[:limit], stops, include_stop=include_stop)
+    if (len(texts) > limit or cut.stop is not None) and plan.mode != "named":
+        return cut, None
     call = {
         "id": f"chatcmpl-tool-{uuid.uuid4().hex}",
         "type": "function",
-        "function": {"name": plan.name, "arguments": "".join(texts)},
+        "function": {"name": plan.name, "arguments": "".join(cut.texts)},
     }
-    return texts, ToolCallAnswer(call, plan.mode)
+    return cut, ToolCallAnswer(call, plan.mode)
 
 
 def _function_name(tool: Any) -> str:

@@ -150,6 +150,25 @@ def test_a_tool_call_cut_by_max_tokens_is_what_vllm_makes_of_cut_output() -> Non
     run(check)
 
 
+def test_a_stop_string_cuts_a_tool_call_as_any_output() -> None:
+    """vLLM matches stop strings on the generated text before a tool parser reads it."""
+
+    async def check(server: SimServer) -> None:
+        stop = {"stop": ["never there", "query"]}
+        body = chat(tools=TOOLS, tool_choice=named("b"), **stop)
+        cut = (await call(server, "POST", CHAT, body)).json()
+        choice = cut["choices"][0]
+        arguments = choice["message"]["tool_calls"][0]["function"]["arguments"]
+        assert arguments == '{"' and choice["finish_reason"] == "stop"  # named: kept as cut
+        assert choice["stop_reason"] == "query" and cut["usage"]["completion_tokens"] == 3
+        # auto: the cut call does not parse as one; the text before the stop string remains
+        auto = (await call(server, "POST", CHAT, chat(tools=TOOLS, **stop))).json()
+        message, reason = auto["choices"][0]["message"], auto["choices"][0]["finish_reason"]
+        assert "tool_calls" not in message and message["content"] == '{"' and reason == "stop"
+
+    run(check)
+
+
 def test_a_named_tool_choice_must_name_one_of_the_tools() -> None:
     async def check(server: SimServer) -> None:
         reply = await call(server, "POST", CHAT, chat(tools=TOOLS, tool_choice=named("c")))
