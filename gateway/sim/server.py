@@ -362,19 +362,28 @@ class SimServer:
     ) -> Sequence:
         """One choice's text answer, up to the token that completed a stop string or to the
         token limit."""
-        pieces = textgen.answer(
-            text,
-            tokenizer.pieces(text),
-            self.config.precision,
-            request_seed=request.get("seed"),
-            choice=choice,
-            length=limit if request.get("ignore_eos") else None,
-        )
+
+        def generate(length: int | None) -> list[str]:
+            return textgen.answer(
+                text,
+                tokenizer.pieces(text),
+                self.config.precision,
+                request_seed=request.get("seed"),
+                choice=choice,
+                length=length,
+            )
+
+        pieces = generate(limit if request.get("ignore_eos") else None)
+        # vLLM holds the end of sequence back until min_tokens tokens are out.
+        min_tokens = min(request.get("min_tokens") or 0, limit)
+        if len(pieces) < min_tokens:
+            pieces = generate(min_tokens)
         # Generated token by token: a stop string only counts inside the first `limit` tokens.
         cut = cut_at_stop(
             spaced_texts(pieces[:limit]),
             _stop_strings(request),
             include_stop=request.get("include_stop_str_in_output") is True,
+            min_tokens=min_tokens,
         )
         # An answer of `limit` tokens or more ends at the limit: its end-of-sequence token
         # would have been one more (so `ignore_eos` answers end with "length", as in vLLM).

@@ -28,20 +28,24 @@ def spaced_texts(pieces: list[str]) -> list[str]:
     return [piece if index == 0 else " " + piece for index, piece in enumerate(pieces)]
 
 
-def _earliest_stop(text: str, stops: Iterable[str]) -> tuple[int, str] | None:
-    """The stop string that completes earliest in `text` (ties: list order), and where."""
+def _earliest_stop(text: str, stops: Iterable[str], after: int = 0) -> tuple[int, str] | None:
+    """The stop string that completes earliest in `text` past its first `after` characters
+    (ties: list order), and where."""
     found: tuple[int, str] | None = None
     for stop in stops:
-        at = text.find(stop) if stop else -1
+        at = text.find(stop, max(0, after - len(stop) + 1)) if stop else -1
         if at >= 0 and (found is None or at + len(stop) < found[0] + len(found[1])):
             found = (at, stop)
     return found
 
 
-def cut_at_stop(texts: list[str], stops: Iterable[str], *, include_stop: bool = False) -> StopCut:
+def cut_at_stop(
+    texts: list[str], stops: Iterable[str], *, include_stop: bool = False, min_tokens: int = 0
+) -> StopCut:
     """`texts` (each token's text) up to the token that completes the earliest stop string,
-    with the text cut where vLLM cuts it."""
-    found = _earliest_stop("".join(texts), stops)
+    with the text cut where vLLM cuts it. vLLM checks no stop string until `min_tokens`
+    tokens are out, so one that completes within them does not count."""
+    found = _earliest_stop("".join(texts), stops, after=sum(map(len, texts[:min_tokens])))
     if found is None:
         return StopCut(list(texts), None)
     at, stop = found

@@ -195,6 +195,25 @@ def test_a_stop_string_across_tokens_counts_every_token_that_spelled_it() -> Non
     run(check)
 
 
+def test_min_tokens_holds_back_the_end_and_the_stop_strings() -> None:
+    async def check(server: SimServer) -> None:
+        _, natural = await answer_text(server, max_tokens=1000)
+        _, tokens = await answer_text(server, max_tokens=1000, min_tokens=natural + 50)
+        assert tokens >= natural + 50  # no end of sequence before min_tokens
+        text, _ = await answer_text(server, max_tokens=40, ignore_eos=True)
+        words = text.split(" ")
+        stop = f"{words[1]} {words[2]}"  # completed by the 3rd token
+        cut, tokens = await answer_text(server, max_tokens=40, ignore_eos=True, stop=stop)
+        assert tokens == 3 and cut == text[: text.index(stop)]
+        late, tokens = await answer_text(
+            server, max_tokens=40, ignore_eos=True, stop=stop, min_tokens=5
+        )
+        # not checked within the first 5 tokens: a later occurrence or none ends the answer
+        assert tokens > 5 and late.startswith(" ".join(words[:5]))
+
+    run(check)
+
+
 def test_include_stop_str_in_output_keeps_the_stop_string() -> None:
     async def check(server: SimServer) -> None:
         text, _ = await answer_text(server, max_tokens=40)
