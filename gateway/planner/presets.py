@@ -73,6 +73,14 @@ class ModelSpec(_Frozen):
     n_embedding: float = Field(ge=0, description="input embedding (a gather, not streamed)")
     n_lm_head: float = Field(ge=0, description="output projection (kept BF16 under X5)")
     checkpoints: dict[Precision, Checkpoint]
+    # vLLM refuses a request with `tools` (tool_choice "auto", the default) with a 400 unless
+    # it was started with --enable-auto-tool-choice and the model's --tool-call-parser.
+    tool_call_parser: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9_.-]+$",
+        description="value for --tool-call-parser (with --enable-auto-tool-choice); None "
+        "leaves tool calling off, and vLLM then refuses requests with tools",
+    )
 
     @model_validator(mode="after")
     def _check_geometry(self) -> ModelSpec:
@@ -97,7 +105,9 @@ B200: Final = HardwareSpec(
 HARDWARE_PRESETS: Final[dict[str, HardwareSpec]] = {"h200": H200, "b200": B200}
 
 
-def _qwen3_moe(name: str, checkpoints: dict[Precision, Checkpoint]) -> ModelSpec:
+def _qwen3_moe(
+    name: str, checkpoints: dict[Precision, Checkpoint], tool_call_parser: str
+) -> ModelSpec:
     # Qwen3-30B-A3B geometry: hidden 2048, 48 layers, 4 KV heads of 128, 128 experts top-8,
     # vocab 151936 untied, so embedding and lm_head are 0.311e9 parameters each.
     return ModelSpec(
@@ -114,6 +124,7 @@ def _qwen3_moe(name: str, checkpoints: dict[Precision, Checkpoint]) -> ModelSpec
         n_embedding=0.311e9,
         n_lm_head=0.311e9,
         checkpoints=checkpoints,
+        tool_call_parser=tool_call_parser,
     )
 
 
@@ -130,6 +141,7 @@ QWEN3_30B_A3B: Final = _qwen3_moe(
         ),
         "nvfp4": Checkpoint(repo="nvidia/Qwen3-30B-A3B-NVFP4", quantization="modelopt_fp4"),
     },
+    tool_call_parser="hermes",  # Qwen3's <tool_call> JSON format
 )
 # Same architecture as Qwen3-30B-A3B (COST_MODEL.md seeds, Paper A). The NVFP4 build is a
 # community quantisation of unknown format, so vLLM is left to auto-detect it.
@@ -144,6 +156,7 @@ QWEN3_CODER_30B_A3B: Final = _qwen3_moe(
         ),
         "nvfp4": Checkpoint(repo="ig1/Qwen3-Coder-30B-A3B-Instruct-NVFP4"),
     },
+    tool_call_parser="qwen3_coder",  # the Coder's XML-style calls
 )
 MODEL_PRESETS: Final[dict[str, ModelSpec]] = {
     "qwen3-30b-a3b": QWEN3_30B_A3B,

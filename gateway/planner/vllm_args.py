@@ -91,6 +91,8 @@ def vllm_serve_args(
         str(serve.block_size),
         "--enable-prefix-caching" if prefix_caching else "--no-enable-prefix-caching",
     ]
+    if model.tool_call_parser is not None:
+        args += ["--enable-auto-tool-choice", "--tool-call-parser", model.tool_call_parser]
     if speculative:
         args += [
             "--speculative-config",

@@ -119,3 +119,40 @@ def test_an_empty_batch_range_writes_no_table() -> None:
         speculative_config(cost, ServeParams(), [(1, top - 1, True), (top, top, False)])
     )
     assert below["num_speculative_tokens_per_batch_size"][1] == [top, top, 0]
+
+
+@pytest.mark.parametrize(
+    ("preset", "parser"), [("qwen3-30b-a3b", "hermes"), ("qwen3-coder-30b-a3b", "qwen3_coder")]
+)
+def test_tool_calling_is_turned_on_with_the_models_parser(preset: str, parser: str) -> None:
+    """Without both flags vLLM answers every request with `tools` (tool_choice "auto", the
+    default) with a 400, so a tier started from the plan could not serve a tool call."""
+    model = model_preset(preset)
+    for p in model.checkpoints:
+        args = vllm_serve_args(
+            p,
+            speculative=False,
+            prefix_caching=True,
+            model=model,
+            cost=CostParams(),
+            serve=ServeParams(),
+        )
+        assert "--enable-auto-tool-choice" in args and _flag(args, "--tool-call-parser") == parser
+    silent = model.model_copy(update={"tool_call_parser": None})
+    args = vllm_serve_args(
+        "bf16",
+        speculative=False,
+        prefix_caching=True,
+        model=silent,
+        cost=CostParams(),
+        serve=ServeParams(),
+    )
+    assert "--enable-auto-tool-choice" not in args and "--tool-call-parser" not in args
+
+
+def test_a_tool_call_parser_is_one_word() -> None:
+    """It lands in a shell line and a container's argv: no spaces or quotes."""
+    data = model_preset("qwen3-30b-a3b").model_dump()
+    with pytest.raises(ValueError, match="tool_call_parser"):
+        type(MODEL).model_validate({**data, "tool_call_parser": "hermes --api-key x"})
+    assert type(MODEL).model_validate({**data, "tool_call_parser": "llama3_json"})
