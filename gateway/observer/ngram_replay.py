@@ -15,9 +15,9 @@ append); a simulator stepping decode should hold one per request.
 Replay (X7): at every completion position the proposer sees prompt + completion[:i]. Per
 position we count drafts (`cover`) and first-token hits (`a_cond`), so r_pos = cover * a_cond.
 Rounds follow the engine: a round drafts at its first position, accepts the matching prefix of
-the draft and emits one more token. A_sim is tokens per round and r_iid = A^-1(A_sim), the
-definition of r in COST_MODEL.md a.1; r_round is the share of rounds whose first draft token
-was accepted.
+the draft and emits one more token; the first round is the prefill step, which drafts nothing.
+A_sim is tokens per round and r_iid = A^-1(A_sim), the definition of r in COST_MODEL.md a.1;
+r_round is the share of rounds whose first draft token was accepted.
 """
 
 from __future__ import annotations
@@ -223,6 +223,9 @@ def replay_pair(
             drafted += 1
             first_hits += draft[0] == actual
         if i == next_round:
+            # The first token comes from the prefill step, which drafts nothing in vLLM.
+            if i == 0:
+                draft = []
             accepted = 0
             for proposed in draft:
                 if i + accepted >= n or completion[i + accepted] != proposed:

@@ -251,7 +251,7 @@ class Engine:
             if seq.done:
                 continue
             produced = 1
-            if spec is not None:
+            if spec is not None and seq.emitted:  # the prefill step drafts nothing (vLLM)
                 produced += self._speculate(seq, spec)
             remaining = len(seq.answer) - seq.emitted
             produced = min(produced, remaining)

@@ -52,7 +52,8 @@ def brute_replay(
         hits += bool(draft) and draft[0] == actual
     i = rounds = first = 0
     while i < len(completion):
-        draft = brute_propose([*prompt, *completion[:i]], min_n, max_n, k)
+        # The first token is the prefill step's, with no draft.
+        draft = brute_propose([*prompt, *completion[:i]], min_n, max_n, k) if i else []
         accepted = 0
         while (
             accepted < len(draft)
@@ -174,3 +175,14 @@ def test_estimate_r_sums_pairs() -> None:
 def test_empty_replay() -> None:
     out = estimate_r([], 2, 4, 4)
     assert out["rounds"] == 0 and out["r_iid"] == 0.0
+
+
+def test_the_first_round_is_the_prefill_and_drafts_nothing() -> None:
+    """vLLM's first token comes from the prefill step: the replay's first round neither
+    drafts nor accepts, though the prompt alone would propose the right continuation."""
+    prompt, completion = [1, 2, 3, 1, 2], [3, 1, 2, 3]
+    assert ngram_propose(prompt, 2, 2, 4) == [3, 1, 2]
+    counts = replay_pair(prompt, completion, 2, 2, 4)
+    assert counts.first_hits == 4  # per position, position 0 still counts (r_pos)
+    assert counts.rounds == 2 and counts.draft_rounds == 1  # [3], then [1, 2, 3] accepted whole
+    assert counts.accepted_tokens == 3

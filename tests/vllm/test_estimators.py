@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from gateway.observer.acceptance import inverse_accepted_per_round
-from gateway.observer.ngram_replay import NgramCounts, NgramProposer, replay_pair
+from gateway.observer.ngram_replay import NgramCounts, replay_pair
 from tests.vllm.deployment import Deployment, VllmServer
 from tests.vllm.support import (
     PUBLIC_MODEL,
@@ -89,27 +89,6 @@ def tokenize(server: VllmServer, **query: Any) -> list[int]:
     return list(post_json(f"{server.url}/tokenize", body)["tokens"])
 
 
-def replay_after_prefill(prompt: list[int], completion: list[int]) -> tuple[int, int, int, int]:
-    """(rounds, drafting rounds, draft tokens, accepted tokens) when, as in vLLM, the first
-    completion token comes from the prefill step with no draft. `replay_pair` drafts for
-    that position from the prompt alone; docs/vllm-tests.md has the difference it makes."""
-    proposer = NgramProposer(MIN_N, MAX_N, K, context=[*prompt, *completion[:1]])
-    rounds, draft_rounds, drafted, accepted = 1, 0, 0, 0
-    i = 1
-    while i < len(completion):
-        draft = proposer.propose()
-        hit = 0
-        while hit < len(draft) and i + hit < len(completion) and completion[i + hit] == draft[hit]:
-            hit += 1
-        rounds += 1
-        draft_rounds += bool(draft)
-        drafted += len(draft)
-        accepted += hit
-        proposer.extend(completion[i : i + hit + 1])
-        i += hit + 1
-    return rounds, draft_rounds, drafted, accepted
-
-
 def test_ngram_replay_matches_the_engines_acceptance(
     deployment: Deployment, vllm_report: dict[str, Any]
 ) -> None:
@@ -159,14 +138,10 @@ def test_ngram_replay_matches_the_engines_acceptance(
     }
 
     exact = NgramCounts()
-    after_prefill = [0, 0, 0, 0]
     retokenized = retokenized_tokens = 0
     for prompt, ids, text in results:
         prompt_ids = tokenize(server, prompt=prompt)
         exact = exact + replay_pair(prompt_ids, ids, MIN_N, MAX_N, K)
-        after_prefill = [
-            a + b for a, b in zip(after_prefill, replay_after_prefill(prompt_ids, ids), strict=True)
-        ]
         again = tokenize(server, prompt=text, add_special_tokens=False)
         retokenized += again != ids
         retokenized_tokens += len(again)
@@ -179,15 +154,6 @@ def test_ngram_replay_matches_the_engines_acceptance(
         "drafts": exact.draft_rounds,
         "accepted": exact.accepted_tokens,
         "rounds": exact.rounds,
-    }
-    rounds, draft_rounds, drafted, accepted = after_prefill
-    prefill_aware = {
-        "A_sim": gen / rounds,
-        "mean_acceptance_length": 1 + accepted / draft_rounds,
-        "accept_rate": accepted / drafted,
-        "drafts": draft_rounds,
-        "accepted": accepted,
-        "rounds": rounds,
     }
     observed = {
         "A_sim": tier["r"]["A_sim"],
@@ -203,7 +169,6 @@ def test_ngram_replay_matches_the_engines_acceptance(
         {
             "engine": engine,
             "replay_exact_ids": replay,
-            "replay_exact_ids_prefill_round": prefill_aware,
             "observer": observed,
             "requests": len(prompts),
         },
@@ -212,6 +177,8 @@ def test_ngram_replay_matches_the_engines_acceptance(
     assert gen == 24 * 96
     assert observed["a_obs"] == pytest.approx(a_obs)  # the observer reads the same counters
     assert replay["A_sim"] == pytest.approx(a_obs, rel=A_REL_EXACT)
+    # The replay's first round is the prefill step, with no draft, as in the engine.
+    assert replay["drafts"] == drafts
     assert replay["mean_acceptance_length"] == pytest.approx(
         engine["mean_acceptance_length"], rel=A_REL_OBSERVED
     )

@@ -175,3 +175,24 @@ def test_a_multiple_choice_prompt_is_answered_with_a_letter(prompt: str) -> None
     assert answer[-3:-1] == ["Answer", ":"] and answer[-1] in "ABCD"  # the final answer
     plain = "Which one?\nred or blue"
     assert textgen.answer(plain, tokenizer.pieces(plain), "bf16")[-3:-1] != ["Answer", ":"]
+
+
+def test_the_prefill_step_drafts_nothing() -> None:
+    """In vLLM a request's first token comes from its prefill step, with no draft: a prompt
+    whose continuation the proposer would find, answered in one token, makes no draft."""
+    spec = SpecConfig(num_speculative_tokens=4, prompt_lookup_min=2, prompt_lookup_max=2)
+    prompt = [tokenizer.token_id(word) for word in ["a", "b", "c", "a", "b"]]
+
+    async def drafts(answer: list[str]) -> int:
+        engine = Engine(config("bf16", speculation=spec))
+        engine.start()
+        group = SequenceGroup([Sequence(prompt, answer, "length")])
+        engine.submit(group)
+        while not group.done:
+            group.waiter.clear()
+            await group.waiter.wait()
+        await engine.stop()
+        return engine.counters.spec_drafts
+
+    assert asyncio.run(drafts(["c"])) == 0
+    assert asyncio.run(drafts(["c", "a", "b"])) == 1  # the second token's step drafts "a b"
