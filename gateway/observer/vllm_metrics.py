@@ -4,8 +4,9 @@ Counters are scraped with a `_total` suffix and summed over the `engine` label (
 `finished_reason` for request_success). Gauges are averaged over it: a data-parallel server
 runs several engines behind one endpoint, each with its own batch and KV cache, and the cost
 model's C and K are per engine. Pass `model_name` to keep one served model. A
-metric the page does not carry is None: vLLM only counts prefix-cache queries with APC on and
-spec-decode counters with speculation on, and the planner must tell "absent" from "zero".
+metric the page does not carry is None: vLLM exports spec-decode counters only with
+speculation on, and the planner must tell "absent" from "zero". The prefix-cache counters are
+always there, and stay 0 with APC off (rho is then None: no queries).
 """
 
 from __future__ import annotations

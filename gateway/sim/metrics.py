@@ -70,16 +70,11 @@ class SimCollector:
         yield counter("vllm:generation_tokens", "Generation tokens.", counters.generation_tokens)
         # The simulator queues above the knee instead of preempting; the counter stays 0.
         yield counter("vllm:num_preemptions", "Preempted requests.", 0)
-        if config.prefix_caching:
-            # vLLM only counts prefix-cache queries while prefix caching is on.
-            yield counter(
-                "vllm:prefix_cache_queries",
-                "Prefix-cache queries (tokens).",
-                counters.prefix_queries,
-            )
-            yield counter(
-                "vllm:prefix_cache_hits", "Prefix-cache hits (tokens).", counters.prefix_hits
-            )
+        # vLLM exports both with prefix caching off too, and never counts them then (0).
+        yield counter(
+            "vllm:prefix_cache_queries", "Prefix-cache queries (tokens).", counters.prefix_queries
+        )
+        yield counter("vllm:prefix_cache_hits", "Prefix-cache hits (tokens).", counters.prefix_hits)
         success = CounterMetricFamily(
             "vllm:request_success", "Finished requests.", labels=[*names, "finished_reason"]
         )

@@ -345,3 +345,17 @@ def test_a_dropped_stream_is_not_counted_as_finished() -> None:
         assert metric(server, e2e) == 0
 
     run(check)
+
+
+def test_prefix_cache_counters_are_exported_at_zero_with_caching_off() -> None:
+    """As vLLM: the counters exist without prefix caching, and are never counted."""
+
+    async def check(server: SimServer) -> None:
+        assert not server.engine.config.prefix_caching
+        await call(server, "POST", COMPLETIONS, completion(max_tokens=2))
+        labels = '{engine="0",model_name="sim-test"}'
+        assert metric(server, f"vllm:prefix_cache_queries_total{labels}") == 0
+        assert metric(server, f"vllm:prefix_cache_hits_total{labels}") == 0
+        assert metric(server, f"vllm:prompt_tokens_total{labels}") > 0
+
+    run(check)
