@@ -222,6 +222,7 @@ class Gateway:
             tier.adopt_endpoints()
             if tier.name in replaced:
                 tier.take_queue(replaced[tier.name])
+                tier.hand_out_free_slots()
         self.runtime = runtime
         self.health.interval_s = runtime.settings.resilience.health_interval_s
         self.observer.configure(runtime.settings)

@@ -195,6 +195,15 @@ class TierBackend:
                 waiter.set_result(state)
                 return
 
+    def hand_out_free_slots(self) -> None:
+        """Hands every free slot to a waiter. Only a request's end frees a slot otherwise: the
+        room a reload adds (a new endpoint, a higher limit) would leave the requests queued
+        before it waiting for one to end, or out their queue_timeout_s, for a 429."""
+        queued = -1
+        while self._waiters and len(self._waiters) != queued:
+            queued = len(self._waiters)
+            self.slot_freed()  # takes a waiter from the queue, or none when no slot is free
+
     @property
     def healthy(self) -> bool:
         return any(state.healthy for state in self.endpoints)

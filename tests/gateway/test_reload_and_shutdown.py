@@ -258,3 +258,29 @@ def test_a_reload_applies_its_health_interval() -> None:
     assert app.health.interval_s == 60.0
     app.reload(settings(2.0))
     assert app.health.interval_s == 2.0
+
+
+def test_a_reload_that_adds_room_serves_the_requests_queued_before_it() -> None:
+    """A request queued on a full tier is handed the room a reload adds (a higher limit here,
+    or a new endpoint) at once: it waited for a request to end, or out its queue_timeout_s
+    for a 429, while the endpoint had free slots."""
+    import asyncio
+
+    from gateway.app import build_app
+
+    def settings(limit: int) -> Any:
+        data = unreachable_tiers(10).model_dump(mode="json")
+        data["tiers"][0]["max_inflight_per_endpoint"] = limit
+        data["tenants"][0]["api_keys"] = [API_KEY]
+        return parse_settings(data)
+
+    async def main() -> None:
+        app = build_app(settings(1), environ={})
+        endpoint = app.runtime.tiers[0].endpoints[0]
+        endpoint.inflight = 1
+        waiting = asyncio.ensure_future(app.runtime.tiers[0].wait_for_slot(5.0))
+        await asyncio.sleep(0.01)
+        app.reload(settings(4))
+        assert await asyncio.wait_for(waiting, 1.0) is endpoint
+
+    asyncio.run(main())
