@@ -142,12 +142,22 @@ class TierBackend:
     def queued(self) -> int:
         return len(self._waiters)
 
-    async def wait_for_slot(self, timeout_s: float) -> EndpointState | None:
-        """Waits in the tier's bounded queue; None when it is full or the wait times out."""
+    async def wait_for_slot(
+        self, timeout_s: float, left: asyncio.Future[None] | None = None
+    ) -> EndpointState | None:
+        """Waits in the tier's bounded queue; None when it is full, the wait times out or
+        `left` is done (its client has gone: its place and its tenant's slot are not held
+        for nobody until the timeout)."""
         if len(self._waiters) >= self.queue_size or timeout_s <= 0:
             return None
         waiter: asyncio.Future[EndpointState] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
+
+        def stop_waiting(_: asyncio.Future[None]) -> None:
+            waiter.cancel()  # a waiter already handed its slot keeps it: `_queue` passes it on
+
+        if left is not None:
+            left.add_done_callback(stop_waiting)
         try:
             async with asyncio.timeout(timeout_s):
                 state = await waiter
@@ -159,8 +169,13 @@ class TierBackend:
             return None
         except asyncio.CancelledError:
             self._pass_on(waiter)
+            task = asyncio.current_task()
+            if left is not None and left.done() and task is not None and not task.cancelling():
+                return None  # only the wait was cancelled, by `stop_waiting`
             raise
         finally:
+            if left is not None:
+                left.remove_done_callback(stop_waiting)
             if waiter in self._waiters:
                 self._waiters.remove(waiter)
 

@@ -8,6 +8,7 @@ retryable; after it, a failure ends the stream with an OpenAI-style error event.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -46,15 +47,26 @@ class _UpstreamRequests(list[UpstreamResponse]):
     response as soon as its request is sent)."""
 
     aborted = False  # a class default: one is built per request, without a Python __init__
+    _left: asyncio.Future[None] | None = None  # built only for a request that queues
 
     def append(self, response: UpstreamResponse) -> None:
         super().append(response)
         if self.aborted:
             response.abort()
 
+    def client_left(self) -> asyncio.Future[None]:
+        """Done once the client has left: a queue wait ends then, not at its timeout."""
+        if self._left is None:
+            self._left = asyncio.get_running_loop().create_future()
+            if self.aborted:
+                self._left.set_result(None)
+        return self._left
+
     def abort_all(self) -> None:
         # The client is gone: drop the upstream connections so the engine frees the slot.
         self.aborted = True
+        if self._left is not None and not self._left.done():
+            self._left.set_result(None)
         for response in self:
             response.abort()
 
@@ -280,7 +292,7 @@ class ProxyService:
         exchange: Exchange,
         tenant: Tenant,
         failures: _Failures,
-        current: list[UpstreamResponse],
+        current: _UpstreamRequests,
     ) -> None:
         decision = exchange.decision
         plan = self.attempt_plan(decision, tenant)
@@ -352,14 +364,14 @@ class ProxyService:
         exchange: Exchange,
         plan: list[TierBackend],
         failures: _Failures,
-        current: list[UpstreamResponse],
+        current: _UpstreamRequests,
     ) -> bool:
         """Every eligible tier is full: waits, briefly, in the bounded queue of `queue_tier`'s
         choice. True once served."""
         tier = queue_tier(plan)
         if tier is None:
             return False
-        endpoint = await tier.wait_for_slot(self._queue_wait_s(exchange))
+        endpoint = await tier.wait_for_slot(self._queue_wait_s(exchange), current.client_left())
         if endpoint is None:
             return False
         if exchange.channel.disconnected:

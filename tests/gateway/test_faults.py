@@ -465,7 +465,9 @@ def test_a_slot_whose_endpoint_is_ejected_before_the_waiter_runs_is_not_used(
     from gateway.backends.circuit import CircuitState
     from gateway.backends.tier import EndpointState, TierBackend
 
-    async def handed_then_ejected(self: TierBackend, timeout_s: float) -> EndpointState:
+    async def handed_then_ejected(
+        self: TierBackend, timeout_s: float, left: object = None
+    ) -> EndpointState:
         state = self.endpoints[0]
         while state.circuit.state is not CircuitState.OPEN:
             state.circuit.on_failure()  # another request's failures, in the same turn

@@ -124,3 +124,26 @@ def test_a_slot_freed_on_an_endpoint_a_reload_removed_is_not_handed_to_the_queue
         assert await waiting is current
 
     asyncio.run(main())
+
+
+def test_a_wait_ends_when_its_client_leaves_and_a_cancel_still_cancels() -> None:
+    """`left` ends the wait (None, its place given up); cancelling the waiting task itself
+    (a shutdown) still raises, and neither leaves a waiter in the queue."""
+
+    async def main() -> None:
+        tier = one_slot_tier()
+        tier.endpoints[0].inflight = 1
+        left: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiting = asyncio.ensure_future(tier.wait_for_slot(5.0, left))
+        await asyncio.sleep(0.01)
+        left.set_result(None)
+        assert await asyncio.wait_for(waiting, 1.0) is None and tier.queued == 0
+        stays: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        cancelled = asyncio.ensure_future(tier.wait_for_slot(5.0, stays))
+        await asyncio.sleep(0.01)
+        cancelled.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await cancelled
+        assert cancelled.cancelled() and tier.queued == 0
+
+    asyncio.run(main())
