@@ -14,6 +14,7 @@ policy: {hysteresis: 0.05, dwell_s: 900}
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, Final
 
 import yaml
@@ -231,20 +232,33 @@ class Settings(_Frozen):
             return data
         data = dict(data)
         for key, lookup in (("hardware", hardware_preset), ("model", model_preset)):
-            value = data.get(key)
-            if isinstance(value, str):
-                data[key] = lookup(value)
-            elif isinstance(value, dict) and "preset" in value:
-                rest = {k: v for k, v in value.items() if k != "preset"}
-                base = lookup(str(value["preset"])).model_dump()
-                if isinstance(base.get("checkpoints"), dict) and isinstance(
-                    rest.get("checkpoints"), dict
-                ):
-                    # Overriding one tier's checkpoint keeps the preset's others, as for
-                    # eta and Q: replacing the map would leave those tiers unservable.
-                    rest["checkpoints"] = {**base["checkpoints"], **rest["checkpoints"]}
-                data[key] = {**base, **rest}
+            if key not in data:
+                continue
+            try:
+                data[key] = cls._with_preset(data[key], lookup)
+            except KeyError as exc:
+                # An unknown preset name: as a ValueError pydantic reports it as a validation
+                # error of `planner`; a KeyError would escape validation as a traceback from
+                # `check`, and a reload would die on it instead of being refused.
+                raise ValueError(exc.args[0]) from None
         return data
+
+    @staticmethod
+    def _with_preset(value: Any, lookup: Callable[[str], BaseModel]) -> Any:
+        """`value` with a preset's name (or its `preset:` key) replaced by the preset."""
+        if isinstance(value, str):
+            return lookup(value)
+        if isinstance(value, dict) and "preset" in value:
+            rest = {k: v for k, v in value.items() if k != "preset"}
+            base = lookup(str(value["preset"])).model_dump()
+            if isinstance(base.get("checkpoints"), dict) and isinstance(
+                rest.get("checkpoints"), dict
+            ):
+                # Overriding one tier's checkpoint keeps the preset's others, as for
+                # eta and Q: replacing the map would leave those tiers unservable.
+                rest["checkpoints"] = {**base["checkpoints"], **rest["checkpoints"]}
+            return {**base, **rest}
+        return value
 
     @model_validator(mode="after")
     def _check_kv_bytes(self) -> Settings:

@@ -109,6 +109,24 @@ def test_invalid_config_names_the_field(patch: dict[str, object], fragment: str)
     assert fragment in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("planner", "fragment"),
+    [
+        ({"hardware": "tpu"}, "planner: Value error, unknown hardware 'tpu'"),
+        ({"hardware": {"preset": "tpu"}}, "planner: Value error, unknown hardware 'tpu'"),
+        ({"model": "llama"}, "planner: Value error, unknown model 'llama'"),
+    ],
+)
+def test_an_unknown_planner_preset_is_a_config_error_naming_the_field(
+    planner: dict[str, object], fragment: str
+) -> None:
+    # A KeyError escaping validation made `check` print a traceback and a reload die with it
+    # (a 500 from /admin/reload, and the file watcher stopped for good).
+    with pytest.raises(ConfigError) as caught:
+        parse_settings({**base(), "planner": planner})
+    assert fragment in str(caught.value)
+
+
 def test_duplicate_names_rejected() -> None:
     data = base()
     data["tiers"] = [data["tiers"][0], data["tiers"][0]]  # type: ignore[index]

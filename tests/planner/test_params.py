@@ -77,7 +77,9 @@ def test_invalid_yaml(text: str) -> None:
 
 
 def test_unknown_preset() -> None:
-    with pytest.raises(KeyError, match="known"):
+    # A ValueError (pydantic's ValidationError), so a gateway config naming it is refused
+    # like any other invalid field.
+    with pytest.raises(ValueError, match="known"):
         settings_from_yaml("hardware: a100")
 
 
