@@ -110,6 +110,7 @@ class Gateway:
         policy_factory: PolicyFactory | None = None,
         config_path: Path | None = None,
         watch_config: bool = False,
+        adjust_loaded: Callable[[Settings], Settings] | None = None,
     ) -> None:
         # `_created` series double every counter's cardinality and no dashboard reads them.
         disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -118,6 +119,9 @@ class Gateway:
         self.policy_factory: PolicyFactory = policy_factory or (lambda _settings: TopTierPolicy())
         self.config_path = config_path
         self.watch_config = watch_config
+        # What the command line changes in the file's settings (`tiergate up`'s options): a
+        # reload applies it too, or it would drop what the start-up applied.
+        self.adjust_loaded = adjust_loaded or (lambda loaded: loaded)
         # Which build of the router's hot path serves (setup.py: mypyc or the Python source).
         self.metrics = GatewayMetrics(self.registry, {"router_build": router_build()})
         self.registry.register(BackendCollector(self._backend_samples))
@@ -304,7 +308,7 @@ class Gateway:
         if settings is None:
             if self.config_path is None:
                 raise ConfigError("this gateway was not started from a config file")
-            settings = load_settings(self.config_path)
+            settings = self.adjust_loaded(load_settings(self.config_path))
         runtime = self._build_runtime(settings, previous=self.runtime)
         self._install(runtime)
         self.reloads += 1
@@ -593,6 +597,7 @@ def build_app(
     policy_factory: PolicyFactory | None = None,
     config_path: Path | None = None,
     watch_config: bool = False,
+    adjust_loaded: Callable[[Settings], Settings] | None = None,
 ) -> Gateway:
     """The one place every long-lived object is created."""
     return Gateway(
@@ -602,6 +607,7 @@ def build_app(
         policy_factory=policy_factory,
         config_path=config_path,
         watch_config=watch_config,
+        adjust_loaded=adjust_loaded,
     )
 
 

@@ -8,13 +8,16 @@ import importlib.util
 import os
 import signal
 import sys
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from gateway.precision import Precision
+
+if TYPE_CHECKING:
+    from gateway.config import Settings
 
 
 def run_event_loop(main: Coroutine[Any, Any, None]) -> None:
@@ -95,6 +98,28 @@ def _refuse_busy_ports(host: str, port: int, sim_ports: list[int], config: Path 
         raise typer.Exit(2)
 
 
+def up_options(
+    shadow: Mapping[str, Any], admin_token: str, environ: Mapping[str, str]
+) -> Callable[[Settings], Settings]:
+    """What `up`'s options change in a configuration: `shadow` fields, and `admin_token` where
+    the configuration gives no admin token. Applied at start and to every reload of the file,
+    which has none of them: a reload would otherwise turn off the admin API whose token `up`
+    printed, and the shadow evaluation its options asked for."""
+    from gateway.config import resolve_secret
+
+    def apply(settings: Settings) -> Settings:
+        if shadow:
+            shadowed = settings.shadow.model_copy(update=dict(shadow))
+            settings = settings.model_copy(update={"shadow": shadowed})
+        admin = settings.admin
+        if not resolve_secret(admin.token, admin.token_env, environ):
+            keyed = admin.model_copy(update={"token": admin_token})
+            settings = settings.model_copy(update={"admin": keyed})
+        return settings
+
+    return apply
+
+
 def up(
     *,
     port: Annotated[
@@ -126,6 +151,7 @@ def up(
     import secrets
 
     from gateway.app import build_app
+    from gateway.config import resolve_secret
     from gateway.launcher import (
         banner,
         clear_multiprocess_dir,
@@ -137,24 +163,22 @@ def up(
     from gateway.routing.factory import build_policy
 
     settings = _settings(config, port, sim_base_port)
+    shadow: dict[str, Any] = {}
     if shadow_rate > 0 or label_log is not None:
         # The simulated tiers decode deterministically whatever the temperature.
-        update: dict[str, Any] = {"assume_deterministic": True}
+        shadow["assume_deterministic"] = True
         if shadow_rate > 0:
-            update |= {"rate": shadow_rate, "explore_rate": shadow_rate}
+            shadow |= {"rate": shadow_rate, "explore_rate": shadow_rate}
         if label_log is not None:
-            update["label_log"] = label_log
+            shadow["label_log"] = label_log
         if config is None:
             # The embedded demo's log keeps the text so that `router train` reads it; a
             # config file's own keep_text (a privacy choice) is never overridden.
-            update["keep_text"] = True
-        settings = settings.model_copy(update={"shadow": settings.shadow.model_copy(update=update)})
-    admin_token = os.environ.get(settings.admin.token_env or "") or settings.admin.token
-    if not admin_token:
-        admin_token = secrets.token_urlsafe(18)
-        settings = settings.model_copy(
-            update={"admin": settings.admin.model_copy(update={"token": admin_token})}
-        )
+            shadow["keep_text"] = True
+    with_options = up_options(shadow, secrets.token_urlsafe(18), os.environ)
+    settings = with_options(settings)
+    # As the gateway resolves it: the file's token before its variable's.
+    admin_token = resolve_secret(settings.admin.token, settings.admin.token_env, os.environ)
     if settings.server.workers > 1:
         # The demo's admin token and shadow settings live in this process only.
         typer.echo(
@@ -178,6 +202,7 @@ def up(
                     policy_factory=build_policy,
                     config_path=given_config_path(config),
                     watch_config=True,
+                    adjust_loaded=with_options,
                 )
             keys = [k.get_secret_value() for t in settings.tenants for k in t.api_keys]
             key = next((k for k in keys if not k.startswith("sha256:")), "<your key>")

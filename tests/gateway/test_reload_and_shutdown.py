@@ -284,3 +284,23 @@ def test_a_reload_that_adds_room_serves_the_requests_queued_before_it() -> None:
         assert await asyncio.wait_for(waiting, 1.0) is endpoint
 
     asyncio.run(main())
+
+
+def test_a_reload_keeps_what_up_options_changed(tmp_path: Path) -> None:
+    """`tiergate up --config FILE` prints an admin token it made up (the file has none) and
+    applies --shadow-rate: a reload of the file keeps both. It used to drop them, so the
+    printed token got a 403 (admin API disabled) after any edit of the file, or a touch."""
+    from gateway.app import build_app
+    from gateway.cli.serve_cmd import up_options
+
+    path = write_settings(tmp_path / "tiergate.yaml", unreachable_tiers(10))
+    with_options = up_options({"rate": 0.5}, "made-up-token", {})
+    app = build_app(
+        with_options(unreachable_tiers(10)),
+        environ={},
+        config_path=path,
+        adjust_loaded=with_options,
+    )
+    assert app.try_reload() is None
+    assert app.runtime.admin_token == "made-up-token"
+    assert app.runtime.settings.shadow.rate == 0.5
