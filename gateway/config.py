@@ -385,6 +385,8 @@ def load_settings(path: str | Path) -> Settings:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{file}: not valid YAML: {exc}") from None
+    except RecursionError:  # the YAML parser recurses once per level of nesting
+        raise ConfigError(f"{file}: not a configuration: nested too deeply") from None
     try:
         return parse_settings(data)
     except ConfigError as exc:

@@ -172,6 +172,15 @@ def test_a_config_file_that_is_not_utf8_is_a_config_error_naming_it(tmp_path: Pa
         load_settings(path)
 
 
+def test_a_config_file_nested_too_deeply_is_a_config_error(tmp_path: Path) -> None:
+    # PyYAML recurses per level: a RecursionError was a traceback from `check` and a reload
+    # that died instead of being refused.
+    path = tmp_path / "deep.yaml"
+    path.write_text("model: " + "[" * 2000 + "]" * 2000 + "\n")
+    with pytest.raises(ConfigError, match=r"deep\.yaml: not a configuration: nested too deeply"):
+        load_settings(path)
+
+
 @pytest.mark.parametrize(
     ("endpoint", "message"),
     [
