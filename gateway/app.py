@@ -347,7 +347,12 @@ class Gateway:
             mtime = _mtime(self.config_path)
             if mtime != self._config_mtime:
                 self._config_mtime = mtime
-                self.try_reload()
+                try:
+                    self.try_reload()
+                except Exception:
+                    # A failure no invalid file explains (a bug) is logged and the watch goes
+                    # on: ending it would leave every later edit of the file unnoticed.
+                    log.exception("configuration reload failed; the file is still watched")
 
     # -- ASGI -----------------------------------------------------------------------------
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:

@@ -304,3 +304,38 @@ def test_a_reload_keeps_what_up_options_changed(tmp_path: Path) -> None:
     assert app.try_reload() is None
     assert app.runtime.admin_token == "made-up-token"
     assert app.runtime.settings.shadow.rate == 0.5
+
+
+def test_the_file_watcher_outlives_a_reload_that_fails_unexpectedly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reload failing with an error no invalid file explains (an unknown planner preset
+    raised a KeyError) ended the watch task silently: no later edit was ever applied."""
+    import asyncio
+    import os
+
+    from gateway.app import build_app
+    from gateway.routing.policy import TopTierPolicy
+
+    built: list[Settings] = []
+
+    def policy(settings: Settings) -> TopTierPolicy:
+        built.append(settings)
+        if len(built) == 2:  # the first reload
+            raise RuntimeError("a bug, not a bad file")
+        return TopTierPolicy()
+
+    path = write_settings(tmp_path / "tiergate.yaml", unreachable_tiers(10))
+    app = build_app(unreachable_tiers(10), environ={}, policy_factory=policy, config_path=path)
+    edits = iter([1_000.0, 2_000.0])
+
+    async def one_edit_per_tick(_seconds: float) -> None:
+        edited_at = next(edits, None)
+        if edited_at is None:
+            raise asyncio.CancelledError
+        os.utime(path, (edited_at, edited_at))
+
+    monkeypatch.setattr("gateway.app.asyncio.sleep", one_edit_per_tick)
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(app._watch_config())
+    assert len(built) == 3 and app.reloads == 1  # the second edit was applied
