@@ -129,9 +129,10 @@ class TierSettings(Section):
     @field_validator("endpoints")
     @classmethod
     def _endpoints_parse(cls, value: list[str]) -> list[str]:
-        for url in value:
-            Endpoint.parse(url)
-        if len(set(value)) != len(value):
+        # Compared as parsed: `…/v1` and `…/v1/` are one engine, which two endpoint states
+        # would each allow max_inflight_per_endpoint, and export as duplicate series.
+        urls = [Endpoint.parse(url).url for url in value]
+        if len(set(urls)) != len(urls):
             raise ValueError("endpoints must be distinct")
         return value
 

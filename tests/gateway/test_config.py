@@ -54,6 +54,19 @@ def base() -> dict[str, object]:
             {"tiers": [{"name": "a", "precision": "bf16", "endpoints": ["ftp://x"]}] * 2},
             "tiers.0.endpoints",
         ),
+        (  # one engine twice: a trailing slash is dropped when the URL is parsed
+            {
+                "tiers": [
+                    {
+                        "name": "a",
+                        "precision": "nvfp4",
+                        "endpoints": ["http://x/v1", "http://x/v1/"],
+                    },
+                    {"name": "b", "precision": "bf16", "endpoints": ["http://y/v1"]},
+                ]
+            },
+            "tiers.0.endpoints: Value error, endpoints must be distinct",
+        ),
         (
             {"tenants": [{"name": "t", "api_keys": ["k"], "allowed_tiers": ["zzz"]}]},
             "unknown tiers",
