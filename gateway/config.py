@@ -383,7 +383,7 @@ def load_settings(path: str | Path) -> Settings:
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{file}: not UTF-8 text (byte {exc.start})") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: plain data only
     except yaml.YAMLError as exc:
         raise ConfigError(f"{file}: not valid YAML: {exc}") from None
     except RecursionError:  # the YAML parser recurses once per level of nesting
@@ -392,6 +392,29 @@ def load_settings(path: str | Path) -> Settings:
         return parse_settings(data)
     except ConfigError as exc:
         raise ConfigError(f"{file}: {exc}") from None
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.safe_load's loader, refusing a key written twice in one mapping. PyYAML keeps
+    the last one silently: a second `tenants:` block appended to a file would drop the
+    first one's tenants (their keys answered 401 after the reload), and `check` would call
+    the file valid."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *defaults` then overriding one of its keys is the idiom
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, str | int | float | bool) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while reading a mapping",
+                    node.start_mark,
+                    f"found the key {key!r} a second time",
+                    key_node.start_mark,
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 def resolve_secret(value: str | None, env_name: str | None, environ: Mapping[str, str]) -> str:

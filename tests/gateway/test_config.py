@@ -211,3 +211,24 @@ def test_an_endpoint_the_gateway_could_not_call_as_written_is_refused(
     with pytest.raises(ConfigError, match=message) as refused:
         load_settings(path)
     assert "hunter2" not in str(refused.value)
+
+
+def test_a_key_written_twice_in_one_mapping_is_refused_with_its_line(tmp_path: Path) -> None:
+    # PyYAML keeps the last one: the first tenants block (its keys) vanished, silently.
+    path = tmp_path / "tiergate.yaml"
+    path.write_text(VALID + "tenants:\n  - {name: late, api_keys: [sk-late]}\n")
+    with pytest.raises(ConfigError, match=r"(?s)the key 'tenants' a second time.*line 9"):
+        load_settings(path)
+
+
+def test_a_merged_key_may_be_overridden(tmp_path: Path) -> None:
+    # `<<: *anchor` and then one of its keys again is the merge idiom, not a duplicate.
+    path = tmp_path / "tiergate.yaml"
+    path.write_text(
+        VALID.split("tenants:", maxsplit=1)[0]
+        + "tenants:\n"
+        + "  - {name: a, api_keys: [sk-a], limits: &limits {requests_per_second: 5, burst: 10}}\n"
+        + "  - {name: b, api_keys: [sk-b], limits: {<<: *limits, burst: 20}}\n"
+    )
+    limits = [tenant.limits for tenant in load_settings(path).tenants]
+    assert [(x.requests_per_second, x.burst) for x in limits] == [(5, 10), (5, 20)]
