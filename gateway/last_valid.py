@@ -37,16 +37,17 @@ class LastValidConfig:
         if seen == self._seen:
             return False
         self._seen = seen
+        partial = self.copy.with_suffix(".partial")
         try:
-            data = self.source.read_bytes()
-            self._validate(self.source)
+            # The bytes validated are the bytes kept: validating the source after reading it
+            # would pass a half-written file read first if the write ended in between.
+            partial.write_bytes(self.source.read_bytes())
+            self._validate(partial)
         except Exception as exc:  # any reason the file cannot serve keeps the last good copy
             log.error(
                 "config file %s is not valid, workers keep the last valid one: %s", self.source, exc
             )
             return False
-        partial = self.copy.with_suffix(".partial")
-        partial.write_bytes(data)
         os.replace(partial, self.copy)  # atomic: a starting worker never reads half a file
         return True
 

@@ -137,3 +137,23 @@ def test_a_file_that_parses_but_cannot_serve_also_falls_back(
     monkeypatch.setenv(LAST_VALID_CONFIG_ENV, str(kept.copy))
     app = create_app_from_env()
     assert [tenant.name for tenant in app.runtime.settings.tenants] == ["t"]
+
+
+def test_the_copy_is_the_file_that_was_validated(tmp_path: Path) -> None:
+    """A file read half-written, whose write ends before it is validated: the copy held the
+    half read first while the complete file passed, so a replacement worker would start
+    from a file no one validated."""
+    source = write_settings(tmp_path / "c.yaml", _settings(9001))
+    complete = source.read_text()
+    pending_write: list[str] = []
+
+    def validate(path: Path) -> None:
+        if pending_write:  # the writer finishes after the refresh read the file
+            source.write_text(pending_write.pop())
+        _validate(path)
+
+    kept = LastValidConfig(source, tmp_path / "kept.yaml", validate)
+    source.write_text(complete[: len(complete) // 2])
+    pending_write.append(complete)
+    kept.refresh()
+    assert kept.copy.read_text() == complete  # never the half
