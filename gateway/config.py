@@ -208,6 +208,9 @@ class ResilienceSettings(Section):
         return self
 
 
+MAX_OBSERVER_BUCKETS: Final = 100_000
+
+
 class ObserverSettings(Section):
     """The live regime observer and planner (COST_MODEL.md b.1, c)."""
 
@@ -223,6 +226,17 @@ class ObserverSettings(Section):
     bucket_s: float = Field(default=5.0, gt=0.0)
     scrape_interval_s: float = Field(default=15.0, gt=0.0)
     plan_interval_s: float = Field(default=60.0, gt=0.0)
+
+    @model_validator(mode="after")
+    def _window_holds_few_buckets(self) -> Self:
+        # The trackers keep window_s / bucket_s buckets and walk them on the request path's
+        # events; a ratio of 1e600 does not even make an int (a reload half applied).
+        buckets = self.window_s / self.bucket_s
+        if not buckets <= MAX_OBSERVER_BUCKETS:
+            raise ValueError(
+                f"window_s / bucket_s is {buckets:g} buckets; at most {MAX_OBSERVER_BUCKETS}"
+            )
+        return self
 
 
 class ShadowSettings(Section):
@@ -244,7 +258,8 @@ class ShadowSettings(Section):
     label_log_max_bytes: int = Field(default=64 * 1024 * 1024, ge=4096)
     label_log_backups: int = Field(default=3, ge=0)
     keep_text: bool = False  # default for tenants that do not say
-    window: int = Field(default=2000, ge=10)  # recent labels kept per tenant and tier
+    # Recent labels kept per tenant and tier, in memory (a deque maxlen, so bounded).
+    window: int = Field(default=2000, ge=10, le=10_000_000)
     recalibrate_interval_s: float = Field(default=60.0, gt=0.0)
     min_labels: int = Field(default=50, ge=1)  # per tier, before a refit
     prior_weight: float = Field(default=20.0, ge=0.0)  # pseudo-labels from the shipped model

@@ -127,12 +127,19 @@ class _Series:
             self.last_t = t
             return
         start = max(last_t, t - self._n * width)
-        while start < t:
-            index = math.floor(start / width)
-            b = self._bucket_at(index)
-            end = min(t, (index + 1) * width)
-            b.level_seconds[self.level] = b.level_seconds.get(self.level, 0.0) + (end - start)
-            start = end
+        if start < t:
+            # Stepped by bucket index, not by time: a width such as 0.1 or 1.3 is not exact in
+            # binary, (index + 1) * width can round to `start` itself, and a walk by time
+            # then never moved on (the event loop hung).
+            last = math.floor(t / width)
+            for index in range(math.floor(start / width), last + 1):
+                end = t if index == last else min(t, (index + 1) * width)
+                if end <= start:
+                    continue
+                b = self._bucket_at(index)
+                level_seconds = b.level_seconds
+                level_seconds[self.level] = level_seconds.get(self.level, 0.0) + (end - start)
+                start = end
         self.last_t = max(last_t, t)
 
     def _bucket_at(self, index: int) -> _Bucket:

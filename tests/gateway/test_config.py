@@ -113,6 +113,10 @@ def base() -> dict[str, object]:
             },
             "tiers are listed cheapest first, but 'b' (cost 0.25) comes after 'a' (cost 1)",
         ),
+        # A reload accepted this, then failed half applied (OverflowError building buckets).
+        ({"observer": {"window_s": 1e300, "bucket_s": 1e-300}}, "observer: Value error"),
+        ({"observer": {"window_s": 3600, "bucket_s": 0.01}}, "360000 buckets"),
+        ({"shadow": {"window": 10**20}}, "shadow.window"),  # deque(maxlen=) overflows
     ],
 )
 def test_invalid_config_names_the_field(patch: dict[str, object], fragment: str) -> None:

@@ -76,6 +76,27 @@ def test_concurrency_mean_is_the_exact_time_weighted_level() -> None:
         assert got == pytest.approx(area / (now - first), rel=1e-9, abs=1e-9), trial
 
 
+@pytest.mark.parametrize("bucket_s", [0.1, 0.7, 1.3, 3.3, 0.01])
+def test_a_bucket_width_not_exact_in_binary_credits_every_second(bucket_s: float) -> None:
+    """(index + 1) * bucket_s can round down to the time it starts from: a walk by time then
+    never moved on, and the event loop hung (0.1: from 4.25 to 4.35). Whatever the width,
+    the level is credited for exactly the time it was held."""
+    tr = RegimeTracker(TrackerConfig(window_s=300 * bucket_s, bucket_s=bucket_s))
+    rng = random.Random(5)
+    t = 4.25 if bucket_s == 0.1 else 41_400.0 + rng.random()
+    tr.request_started("t", "a", t)
+    held = 0.0
+    for _ in range(2000):
+        step = rng.choice([0.1, bucket_s, 2 * bucket_s, 0.03 * bucket_s])
+        tr.request_finished("t", "a", t + step)
+        tr.request_started("t", "a", t + step)
+        t, held = t + step, held + step
+    series = tr._series[("t", "*")]
+    credited = sum(sum(b.level_seconds.values()) for b in series._buckets)
+    oldest = series._buckets[0].index * bucket_s
+    assert credited == pytest.approx(t - max(oldest, t - held), rel=1e-6)
+
+
 def test_scrapes_between_request_events_keep_the_window_exact() -> None:
     # Ten requests in flight from t=0 to t=80, one until t=130; a scrape every 15 s opens
     # buckets between the request events. The window is whole buckets, [75, 130): level 10
