@@ -142,8 +142,11 @@ _OPENING_EVENTS: Final = frozenset((b"created", b"in_progress"))
 
 
 # An SSE comment line (a keep-alive such as `: ping`, which some OpenAI-compatible servers
-# send while a request waits; vLLM sends none).
-_COMMENT_LINE: Final = re.compile(rb"^:[^\r\n]*(?:\r\n|\r|\n|$)", re.MULTILINE)
+# send while a request waits; vLLM sends none). A lone CR ends a line too, and `^` only
+# sees an LF's.
+_COMMENT_LINE: Final = re.compile(rb"(?:^|(?<=\r)):[^\r\n]*(?:\r\n|\r|\n|$)", re.MULTILINE)
+# The first bytes of what may hold no output: a comment, or a blank line before one.
+_NO_OUTPUT_OPENINGS: Final = frozenset((b":", b"\n", b"\r"))
 
 
 def holds_no_output(kind: EndpointKind, events: bytes) -> bool:
@@ -151,7 +154,7 @@ def holds_no_output(kind: EndpointKind, events: bytes) -> bool:
     stream, its opening events (`response.created`, `response.in_progress`). A keep-alive
     says the server is up, not that the answer has started: it neither sets the first-token
     time nor ends the first-byte wait."""
-    if kind != "responses" and events[:1] != b":":
+    if kind != "responses" and events[:1] not in _NO_OUTPUT_OPENINGS:
         return not events  # the common case, a data line first: decided without a scan
     rest = _COMMENT_LINE.sub(b"", events)
     if not rest.strip():

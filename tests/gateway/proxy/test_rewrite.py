@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gateway.protocol import EndpointKind
 from gateway.proxy.rewrite import (
     ModelRewriter,
     SSEBuffer,
@@ -155,3 +156,17 @@ def test_what_holds_no_output() -> None:
     assert not holds_no_output("chat", chunk)
     assert not holds_no_output("chat", b": ping\n\n" + chunk)
     assert not holds_no_output("completions", b": ping\r\rdata: [DONE]\r\r")
+
+
+@pytest.mark.parametrize("kind", ["chat", "completions", "responses"])
+@pytest.mark.parametrize(
+    "keep_alives",
+    [b": ping\r\r: ping\r\r", b"\n: ping\n\n", b"\r\n: ping\r\n\r\n", b"\n"],
+)
+def test_keep_alives_in_any_framing_hold_no_output(kind: EndpointKind, keep_alives: bytes) -> None:
+    """CR-framed comments (a lone CR ends a line, as SSEBuffer reads it) and a blank line
+    before a comment are no output on every endpoint: an engine that sends them and stalls
+    fails over like one that sends `: ping` and LFs."""
+    output = b'data: {"type":"response.completed"}\n\n'
+    assert holds_no_output(kind, keep_alives)
+    assert not holds_no_output(kind, keep_alives + output)
