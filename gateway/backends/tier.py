@@ -106,6 +106,7 @@ class TierBackend:
         circuit thresholds and connect timeout (a kept endpoint keeps its circuit's state, not
         the thresholds of the configuration it was built under)."""
         state.owner = self
+        state.tier = self.name  # a renamed tier keeps its engine's endpoint (build_tiers)
         state.max_inflight = self.settings.max_inflight_per_endpoint
         state.pool.default_headers = self.upstream_headers
         state.pool.tls = self.tls if state.endpoint.scheme == "https" else None
@@ -244,6 +245,8 @@ def build_tiers(
     Raises ConfigError for a tier key or CA file that cannot be used."""
     resilience: ResilienceSettings = settings.resilience
     previous = previous or {}
+    names = {tier.name for tier in settings.tiers}
+    kept_urls: set[str] = set()
     tiers = []
     for index, tier in enumerate(settings.tiers):
         key = tier_api_key(tier, environ)
@@ -260,7 +263,14 @@ def build_tiers(
         )
         for endpoint in tier.parsed_endpoints:
             kept = previous.get(endpoint.url)
-            if kept is not None and kept.tier == tier.name:
+            # Kept by its tier, or by the URL alone when its tier was renamed: a fresh state
+            # would count none of the requests the engine is still running (past its limit).
+            if (
+                kept is not None
+                and (kept.tier == tier.name or kept.tier not in names)
+                and endpoint.url not in kept_urls
+            ):
+                kept_urls.add(endpoint.url)
                 backend.endpoints.append(kept)
                 continue
             state = EndpointState(

@@ -286,6 +286,27 @@ def test_a_reload_that_adds_room_serves_the_requests_queued_before_it() -> None:
     asyncio.run(main())
 
 
+def test_a_renamed_tier_keeps_its_engines_in_flight_count() -> None:
+    """A reload that renames a tier, its engine's URL unchanged, built a fresh endpoint state
+    with nothing in flight: new requests went out past max_inflight_per_endpoint while the
+    engine still ran the old ones, and the in-flight gauge read 0."""
+    from gateway.app import build_app
+
+    def settings(name: str) -> Any:
+        data = unreachable_tiers(10).model_dump(mode="json")
+        data["tiers"][0]["name"] = name
+        data["tiers"][0]["max_inflight_per_endpoint"] = 1
+        return parse_settings(data)
+
+    app = build_app(settings("cheap"), environ={})
+    endpoint = app.runtime.tiers[0].endpoints[0]
+    endpoint.inflight = 1
+    app.reload(settings("renamed"))
+    kept = app.runtime.tiers[0].endpoints[0]
+    assert kept is endpoint and kept.tier == "renamed" and kept.saturated
+    assert kept.owner is app.runtime.tiers[0]
+
+
 def test_a_reload_keeps_what_up_options_changed(tmp_path: Path) -> None:
     """`tiergate up --config FILE` prints an admin token it made up (the file has none) and
     applies --shadow-rate: a reload of the file keeps both. It used to drop them, so the
