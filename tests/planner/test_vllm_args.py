@@ -8,7 +8,7 @@ import shlex
 import pytest
 
 from gateway.planner.params import CostParams, ServeParams
-from gateway.planner.presets import hardware_preset, model_preset
+from gateway.planner.presets import ModelSpec, hardware_preset, model_preset
 from gateway.planner.vllm_args import (
     precision_notes,
     serve_command,
@@ -20,9 +20,9 @@ from gateway.precision import Precision
 MODEL = model_preset("qwen3-30b-a3b")
 
 
-def _args(p: Precision, *, s: bool = False, k: bool = False) -> list[str]:
+def _args(p: Precision, *, s: bool = False, k: bool = False, model: ModelSpec = MODEL) -> list[str]:
     return vllm_serve_args(
-        p, speculative=s, prefix_caching=k, model=MODEL, cost=CostParams(), serve=ServeParams()
+        p, speculative=s, prefix_caching=k, model=model, cost=CostParams(), serve=ServeParams()
     )
 
 
@@ -129,24 +129,9 @@ def test_tool_calling_is_turned_on_with_the_models_parser(preset: str, parser: s
     default) with a 400, so a tier started from the plan could not serve a tool call."""
     model = model_preset(preset)
     for p in model.checkpoints:
-        args = vllm_serve_args(
-            p,
-            speculative=False,
-            prefix_caching=True,
-            model=model,
-            cost=CostParams(),
-            serve=ServeParams(),
-        )
+        args = _args(p, k=True, model=model)
         assert "--enable-auto-tool-choice" in args and _flag(args, "--tool-call-parser") == parser
-    silent = model.model_copy(update={"tool_call_parser": None})
-    args = vllm_serve_args(
-        "bf16",
-        speculative=False,
-        prefix_caching=True,
-        model=silent,
-        cost=CostParams(),
-        serve=ServeParams(),
-    )
+    args = _args("bf16", k=True, model=model.model_copy(update={"tool_call_parser": None}))
     assert "--enable-auto-tool-choice" not in args and "--tool-call-parser" not in args
 
 

@@ -37,6 +37,15 @@ def run_requests(
     return asyncio.run(main())
 
 
+async def answered(engine: Engine, prompt: list[int], answer: list[str]) -> None:
+    """Submits one sequence to a running engine and waits for its last token."""
+    group = SequenceGroup([Sequence(prompt, answer, "length")])
+    engine.submit(group)
+    while not group.done:
+        group.waiter.clear()
+        await group.waiter.wait()
+
+
 def config(precision: Precision, **kwargs: object) -> EngineConfig:
     return EngineConfig(precision=precision, cost_model=CostModel.preset("h200"), **kwargs)  # type: ignore[arg-type]
 
@@ -79,11 +88,7 @@ def test_the_next_turn_hits_the_blocks_of_the_previous_answer() -> None:
         engine = Engine(config("bf16", prefix_caching=True))
         engine.start()
         for prompt in (first, [*first, *(tokenizer.token_id(p) for p in answer), *range(90, 106)]):
-            group = SequenceGroup([Sequence(prompt, answer, "length")])
-            engine.submit(group)
-            while not group.done:
-                group.waiter.clear()
-                await group.waiter.wait()
+            await answered(engine, prompt, answer)
         await engine.stop()
         return engine
 
@@ -186,11 +191,7 @@ def test_the_prefill_step_drafts_nothing() -> None:
     async def drafts(answer: list[str]) -> int:
         engine = Engine(config("bf16", speculation=spec))
         engine.start()
-        group = SequenceGroup([Sequence(prompt, answer, "length")])
-        engine.submit(group)
-        while not group.done:
-            group.waiter.clear()
-            await group.waiter.wait()
+        await answered(engine, prompt, answer)
         await engine.stop()
         return engine.counters.spec_drafts
 
