@@ -62,7 +62,7 @@ AlphaOpt = Annotated[
     float,
     typer.Option(
         "--alpha",
-        help="Accuracy floor as a fraction of the top tier's quality (see --absolute-alpha).",
+        help="Accuracy floor as a fraction of the top tier's quality.",
     ),
 ]
 AbsoluteOpt = Annotated[
@@ -87,7 +87,7 @@ CalibrationOpt = Annotated[
     str,
     typer.Option(
         "--calibration",
-        help="holdout (--calibration-fraction of the rows calibrate) or crossfit (out-of-fold "
+        help="holdout (a held-out share of the rows calibrate) or crossfit (out-of-fold "
         "scores of every row calibrate, then the scorer is refitted on all rows).",
     ),
 ]

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from gateway.cli.main import app
@@ -518,3 +520,14 @@ def test_train_refuses_an_out_it_would_clobber(
     result = runner.invoke(app, argv)
     assert result.exit_code == 2 and f"--out {out}" in result.stderr, result.stderr
     assert (out.read_text() if occupied == "file" else (out / "notes.txt").read_text()) == "mine"
+
+
+def test_option_help_names_only_options_of_its_own_command() -> None:
+    # Options share their help text across commands: evaluate has neither --absolute-alpha
+    # (tune's) nor --calibration-fraction (train's).
+    router = typer.main.get_command(app).commands["router"]  # type: ignore[attr-defined]
+    for name, command in router.commands.items():
+        options = {flag for param in command.params for flag in param.opts}
+        for param in command.params:
+            named = set(re.findall(r"--[a-z][a-z-]*", getattr(param, "help", None) or ""))
+            assert named <= options, f"router {name} {param.opts[0]}: {named - options}"
