@@ -150,11 +150,11 @@ class RouterPolicy:
     def _tune(
         self, alpha: float, settings: Settings, allowed: tuple[int, ...]
     ) -> TenantRouting | None:
-        validation = self.validation
+        validation = complete_rows(self.validation)
         if validation is None:
             log.warning(
-                "tenant alpha %.3f: the router model carries no validation set; using the "
-                "default threshold %.2f until shadow labels arrive",
+                "tenant alpha %.3f: the router model carries no validation rows that score "
+                "every tier; using the default threshold %.2f until shadow labels arrive",
                 alpha,
                 self.default_threshold,
             )
@@ -176,6 +176,21 @@ class RouterPolicy:
         self.tenant_models[tenant] = (model, ladder_positions(model.tiers, self.tier_names))
         if routing is not None:
             self.routing[tenant] = routing
+
+
+def complete_rows(validation: Validation | None) -> Validation | None:
+    """The validation rows that score every tier, None when there are none: `tune` compares
+    the tiers on each row, and a model trained on shadow labels (one cheaper tier per row,
+    the others NaN) has no such row, which `tune` refused and the gateway with it."""
+    if validation is None:
+        return None
+    import numpy as np
+
+    correct = np.asarray(validation.correct, dtype=np.float64)
+    complete = ~np.isnan(correct).any(axis=1)
+    if not complete.any():
+        return None
+    return Validation(np.asarray(validation.proba)[complete], correct[complete])
 
 
 def tune_on(

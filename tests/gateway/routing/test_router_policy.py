@@ -10,7 +10,7 @@ import pytest
 from gateway.config import parse_settings
 from gateway.protocol import EndpointKind
 from gateway.routing.factory import build_policy
-from gateway.routing.router import RouterPolicy, ladder_positions
+from gateway.routing.router import RouterPolicy, Validation, ladder_positions, tune_on
 from gateway.tenants.registry import TenantRegistry
 from router_models.pretest import pretest
 from tests.helpers import API_KEY, MODEL, GatewayThread, Ladder, send
@@ -544,3 +544,31 @@ def test_the_kept_pre_tests_are_bounded_and_the_oldest_goes_first(
     assert (0,) not in kept and (2,) not in kept and (3,) in kept
     assert kept_pretest((3,), partial(compute, -1)) == "pre-test 3"
     assert -1 not in computed
+
+
+def test_alpha_tunes_on_the_validation_rows_that_score_every_tier() -> None:
+    """A model trained with --cv on shadow labels carries a validation set in which each row
+    scores one cheaper tier (the others NaN): `tune` raised on the NaN and the gateway
+    refused to start. Rows that score every tier are tuned on; with none, the tenant gets the
+    default threshold, as for a model without a validation set."""
+    config = parse_settings(
+        {
+            "model": MODEL,
+            "tiers": [
+                {"name": name, "precision": name, "endpoints": [f"http://127.0.0.1:{port}/v1"]}
+                for name, port in (("nvfp4", 9001), ("w4a16", 9002), ("bf16", 9003))
+            ],
+            "tenants": [{"name": "t", "api_keys": ["k"], "alpha": 0.97}],
+        }
+    )
+    shipped = build_policy(config)
+    assert isinstance(shipped, RouterPolicy) and shipped.validation is not None
+    proba, correct = shipped.validation.proba, shipped.validation.correct.copy()
+    correct[1::2, 1] = float("nan")  # every other row lost its middle tier's label
+    half = RouterPolicy(shipped.model, config, Validation(proba, correct))
+    expected = tune_on(proba[::2], correct[::2], 0.97, config, shipped.positions)
+    assert half.routing["t"] == expected and expected.source == "alpha"
+    correct[:, 1] = float("nan")  # shadow labels: no row scores every tier
+    none = RouterPolicy(shipped.model, config, Validation(proba, correct))
+    assert none.routing["t"].source == "default"
+    assert none.routing["t"].thresholds == (0.8, 0.8)
