@@ -268,6 +268,12 @@ class _Connection(asyncio.Protocol):
         except httptools.HttpParserError as exc:
             self.fail(UpstreamProtocolError(f"bad HTTP from upstream: {exc}"))
             self.abort()
+        except httptools.HttpParserUpgrade:
+            # A 101 (or `connection: upgrade`) to a request that asked for no upgrade. Not
+            # an HttpParserError: left to escape, the event loop would close the transport
+            # as a fatal error, read as a stale connection and sent again.
+            self.fail(UpstreamProtocolError("upstream switched protocols unasked"))
+            self.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True

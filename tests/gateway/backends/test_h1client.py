@@ -407,3 +407,37 @@ def test_the_retry_on_a_fresh_connection_gets_only_the_time_left() -> None:
             await pool.request(request(pool), first_byte_timeout_s=1, total_timeout_s=1)
 
     asyncio.run(with_server(handler, body))
+
+
+def test_a_switch_of_protocols_is_a_protocol_error_not_a_stale_connection() -> None:
+    """A 101 to a request that asked for no upgrade: httptools stops with its own exception,
+    which must not escape to the event loop as a fatal transport error (seen as a closed
+    connection, so the request went out again on a fresh one)."""
+    requests = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal requests
+        while True:
+            try:
+                await read_request(reader)
+            except asyncio.IncompleteReadError:
+                return
+            requests += 1
+            if requests == 1:
+                writer.write(ok(b"{}"))  # kept alive: the next request reuses the connection
+            else:
+                writer.write(
+                    b"HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: x\r\n\r\n"
+                )
+            await writer.drain()
+
+    async def body(pool: ConnectionPool) -> None:
+        response = await pool.request(request(pool), first_byte_timeout_s=2, total_timeout_s=5)
+        await response.read(1024)
+        response.release()
+        with pytest.raises(UpstreamProtocolError):
+            await pool.request(request(pool), first_byte_timeout_s=2, total_timeout_s=5)
+        await asyncio.sleep(0.05)
+        assert requests == 2
+
+    asyncio.run(with_server(handler, body))
