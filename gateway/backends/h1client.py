@@ -266,7 +266,11 @@ class _Connection(asyncio.Protocol):
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            self.fail(UpstreamProtocolError(f"bad HTTP from upstream: {exc}"))
+            # A callback's own refusal comes wrapped as "User callback error": told as it is.
+            cause = exc.__context__
+            if not isinstance(cause, UpstreamProtocolError):
+                cause = UpstreamProtocolError(f"bad HTTP from upstream: {exc}")
+            self.fail(cause)
             self.abort()
         except httptools.HttpParserUpgrade:
             # A 101 (or `connection: upgrade`) to a request that asked for no upgrade. Not
@@ -310,6 +314,10 @@ class _Connection(asyncio.Protocol):
         if response is None:
             return
         status = self._parser.get_status_code()
+        if status < 100:
+            # llhttp takes any three digits; below 100 is no status, and read as an interim
+            # answer its body would open the final answer's.
+            raise UpstreamProtocolError(f"upstream sent status {status:03d}")
         if status < 200:
             # An interim answer (100 Continue, 103 Early Hints from a proxy): not the answer
             # to wait for, nor a second one (`on_message_begin`).

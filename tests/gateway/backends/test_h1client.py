@@ -441,3 +441,21 @@ def test_a_switch_of_protocols_is_a_protocol_error_not_a_stale_connection() -> N
         assert requests == 2
 
     asyncio.run(with_server(handler, body))
+
+
+def test_a_status_below_100_is_a_protocol_error_not_an_interim_answer() -> None:
+    """Status codes run from 100 to 599: a 099 is no interim answer to skip, and its body
+    must not open the body of the answer that follows it."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 099 Odd\r\ncontent-length: 5\r\n\r\nJUNK!" + ok(b'{"ok":1}'))
+        await writer.drain()
+
+    async def body(pool: ConnectionPool) -> None:
+        with pytest.raises(UpstreamProtocolError):
+            response = await pool.request(request(pool), first_byte_timeout_s=2, total_timeout_s=5)
+            await response.read(1024)
+        assert pool.idle_connections == 0
+
+    asyncio.run(with_server(handler, body))
