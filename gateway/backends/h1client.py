@@ -227,6 +227,7 @@ def _ends_at_close(response: UpstreamResponse) -> bool:
 
 class _Connection(asyncio.Protocol):
     __slots__ = (
+        "_answered",
         "_interim",
         "_parser",
         "_paused",
@@ -252,6 +253,7 @@ class _Connection(asyncio.Protocol):
         self.closed = False
         self._paused = False
         self._interim = False  # the answer being parsed is a 1xx one: the final one follows
+        self._answered = False  # a byte of the answer to the request outstanding arrived
 
     # -- asyncio.Protocol ---------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -263,6 +265,7 @@ class _Connection(asyncio.Protocol):
             # Bytes with no request outstanding: the connection is out of sync, drop it.
             self.abort()
             return
+        self._answered = True
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
@@ -289,9 +292,10 @@ class _Connection(asyncio.Protocol):
             response.keep_alive = False
             response._finish()
             return
-        if response is not None and response.status:
-            # After the headers, a closed connection is a cut answer, not an unreachable
-            # endpoint (and it must not be retried as a stale keep-alive connection).
+        if response is not None and (response.status or self._answered):
+            # Once the answer has begun (a 1xx, part of the headers), a closed connection is
+            # a cut answer, not an unreachable endpoint, and must not be retried as a stale
+            # keep-alive connection: the engine had the request.
             self.fail(UpstreamProtocolError("upstream closed the connection mid-answer"))
         else:
             self.fail(UpstreamConnectError("upstream closed the connection"))
@@ -347,6 +351,7 @@ class _Connection(asyncio.Protocol):
         self.response = response
         self._parser = httptools.HttpResponseParser(self)
         self._interim = False
+        self._answered = False
         assert self.transport is not None
         self.transport.write(request)
 

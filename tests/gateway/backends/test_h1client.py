@@ -459,3 +459,41 @@ def test_a_status_below_100_is_a_protocol_error_not_an_interim_answer() -> None:
         assert pool.idle_connections == 0
 
     asyncio.run(with_server(handler, body))
+
+
+@pytest.mark.parametrize(
+    "answer", [b"HTTP/1.1 200 OK\r\ncontent-", b"HTTP/1.1 100 Continue\r\n\r\n"], ids=["cut", "1xx"]
+)
+def test_a_reused_connection_that_closes_after_answering_is_not_retried(answer: bytes) -> None:
+    """Only a reused connection that closes before any byte of the answer can be a stale
+    one (the server's keep-alive expiry): once the engine has started to answer, it had
+    the request, and sending it again would run it twice on that engine."""
+    requests = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal requests
+        while True:
+            try:
+                await read_request(reader)
+            except asyncio.IncompleteReadError:
+                return
+            requests += 1
+            if requests == 1:
+                writer.write(ok(b"{}"))  # kept alive: the next request reuses the connection
+                await writer.drain()
+                continue
+            writer.write(answer)
+            await writer.drain()
+            writer.close()
+            return
+
+    async def body(pool: ConnectionPool) -> None:
+        response = await pool.request(request(pool), first_byte_timeout_s=2, total_timeout_s=5)
+        await response.read(1024)
+        response.release()
+        with pytest.raises(UpstreamProtocolError):
+            await pool.request(request(pool), first_byte_timeout_s=2, total_timeout_s=5)
+        await asyncio.sleep(0.05)
+        assert requests == 2
+
+    asyncio.run(with_server(handler, body))
