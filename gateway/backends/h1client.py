@@ -310,8 +310,11 @@ class _Connection(asyncio.Protocol):
             raise UpstreamProtocolError("upstream sent more than one answer to one request")
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if self.response is not None:
-            self.response.headers.append((name.lower(), value))
+        response = self.response
+        # Once the status is set the headers are complete: what follows is a chunked body's
+        # trailer section, whose fields must not pass for header fields (a content-type).
+        if response is not None and not response.status:
+            response.headers.append((name.lower(), value))
 
     def on_headers_complete(self) -> None:
         response = self.response

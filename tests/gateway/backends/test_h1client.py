@@ -497,3 +497,25 @@ def test_a_reused_connection_that_closes_after_answering_is_not_retried(answer: 
         assert requests == 2
 
     asyncio.run(with_server(handler, body))
+
+
+def test_trailer_fields_do_not_join_the_headers() -> None:
+    """A chunked answer's trailer section comes after the body: its fields are not header
+    fields (RFC 9110, 6.5.1), and a `content-type` there must not become the answer's."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+            b"2\r\n{}\r\n0\r\ncontent-type: text/html\r\nx-trailer: 1\r\n\r\n"
+        )
+        await writer.drain()
+
+    async def body(pool: ConnectionPool) -> None:
+        response = await pool.request(request(pool), first_byte_timeout_s=2, total_timeout_s=5)
+        assert await response.read(1024) == b"{}"
+        assert response.headers == [(b"transfer-encoding", b"chunked")]
+        response.release()
+        assert pool.idle_connections == 1
+
+    asyncio.run(with_server(handler, body))
