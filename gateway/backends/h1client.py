@@ -225,6 +225,12 @@ def _ends_at_close(response: UpstreamResponse) -> bool:
     )
 
 
+def _faulty_framing(parser: httptools.HttpResponseParser, response: UpstreamResponse) -> bool:
+    """An HTTP/1.0 answer with Transfer-Encoding (which 1.0 lacks): its framing is faulty,
+    and its connection must close once it is read (RFC 9112, 6.1)."""
+    return response.header(b"transfer-encoding") is not None and parser.get_http_version() == "1.0"
+
+
 class _Connection(asyncio.Protocol):
     __slots__ = (
         "_answered",
@@ -332,7 +338,9 @@ class _Connection(asyncio.Protocol):
             self._interim = True
             return
         response.status = status
-        response.keep_alive = self._parser.should_keep_alive()
+        response.keep_alive = self._parser.should_keep_alive() and not _faulty_framing(
+            self._parser, response
+        )
         waiter, self.waiter = self.waiter, None
         if waiter is not None and not waiter.done():
             waiter.set_result(None)

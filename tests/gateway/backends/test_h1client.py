@@ -519,3 +519,24 @@ def test_trailer_fields_do_not_join_the_headers() -> None:
         assert pool.idle_connections == 1
 
     asyncio.run(with_server(handler, body))
+
+
+def test_an_http_1_0_answer_with_transfer_encoding_closes_its_connection() -> None:
+    """HTTP/1.0 has no Transfer-Encoding: such an answer's framing is faulty, and its
+    connection must close once it is read (RFC 9112, 6.1), keep-alive or not."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(
+            b"HTTP/1.0 200 OK\r\nconnection: keep-alive\r\ntransfer-encoding: chunked\r\n\r\n"
+            b"2\r\n{}\r\n0\r\n\r\n"
+        )
+        await writer.drain()
+
+    async def body(pool: ConnectionPool) -> None:
+        response = await pool.request(request(pool), first_byte_timeout_s=2, total_timeout_s=5)
+        assert await response.read(1024) == b"{}"
+        response.release()
+        assert pool.idle_connections == 0
+
+    asyncio.run(with_server(handler, body))
