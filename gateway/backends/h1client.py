@@ -31,6 +31,10 @@ import httptools
 
 # Pause reading from upstream above 1 MiB buffered; resume once the consumer took it all.
 _HIGH_WATER: Final = 1 << 20
+# An engine's head is a few hundred bytes. httptools keeps a header line whole, however
+# long, joined piece by piece (time quadratic in its length): past this bound the answer is
+# refused. Reads are counted whole, so it is met one read after the bound.
+_MAX_HEAD_BYTES: Final = 1 << 20
 
 
 class UpstreamFailure(Exception):
@@ -233,7 +237,7 @@ def _faulty_framing(parser: httptools.HttpResponseParser, response: UpstreamResp
 
 class _Connection(asyncio.Protocol):
     __slots__ = (
-        "_answered",
+        "_head_bytes",
         "_interim",
         "_parser",
         "_paused",
@@ -259,7 +263,7 @@ class _Connection(asyncio.Protocol):
         self.closed = False
         self._paused = False
         self._interim = False  # the answer being parsed is a 1xx one: the final one follows
-        self._answered = False  # a byte of the answer to the request outstanding arrived
+        self._head_bytes = 0  # of the answer to the request outstanding, until its status
 
     # -- asyncio.Protocol ---------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -267,11 +271,13 @@ class _Connection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
-        if self.response is None:
+        response = self.response
+        if response is None:
             # Bytes with no request outstanding: the connection is out of sync, drop it.
             self.abort()
             return
-        self._answered = True
+        if not response.status:
+            self._head_bytes += len(data)
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
@@ -287,6 +293,10 @@ class _Connection(asyncio.Protocol):
             # as a fatal error, read as a stale connection and sent again.
             self.fail(UpstreamProtocolError("upstream switched protocols unasked"))
             self.abort()
+        else:
+            if not response.status and self._head_bytes > _MAX_HEAD_BYTES:
+                self.fail(UpstreamProtocolError(f"upstream head over {_MAX_HEAD_BYTES} bytes"))
+                self.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -298,7 +308,7 @@ class _Connection(asyncio.Protocol):
             response.keep_alive = False
             response._finish()
             return
-        if response is not None and (response.status or self._answered):
+        if response is not None and (response.status or self._head_bytes):
             # Once the answer has begun (a 1xx, part of the headers), a closed connection is
             # a cut answer, not an unreachable endpoint, and must not be retried as a stale
             # keep-alive connection: the engine had the request.
@@ -362,7 +372,7 @@ class _Connection(asyncio.Protocol):
         self.response = response
         self._parser = httptools.HttpResponseParser(self)
         self._interim = False
-        self._answered = False
+        self._head_bytes = 0
         assert self.transport is not None
         self.transport.write(request)
 

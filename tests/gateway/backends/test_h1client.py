@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -538,5 +539,25 @@ def test_an_http_1_0_answer_with_transfer_encoding_closes_its_connection() -> No
         assert await response.read(1024) == b"{}"
         response.release()
         assert pool.idle_connections == 0
+
+    asyncio.run(with_server(handler, body))
+
+
+def test_an_endless_head_is_a_protocol_error() -> None:
+    """A head that never ends (one header line growing without end) is refused once past
+    the bound, not held until the first-byte deadline: httptools keeps all of it, joined
+    piece by piece, in memory."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nx-endless: ")
+        with contextlib.suppress(ConnectionError):
+            for _ in range(1000):  # 64 MiB at most
+                writer.write(b"a" * 65536)
+                await writer.drain()
+
+    async def body(pool: ConnectionPool) -> None:
+        with pytest.raises(UpstreamProtocolError, match="head"):
+            await pool.request(request(pool), first_byte_timeout_s=5, total_timeout_s=5)
 
     asyncio.run(with_server(handler, body))
