@@ -493,8 +493,14 @@ class ConnectionPool:
                     raise
                 first_byte_timeout_s -= spent
                 total_timeout_s -= spent
-        conn = await self._connect()
-        return await self._exchange(conn, request, first_byte_timeout_s, total_timeout_s, started)
+        # The connect spends the caller's time too: the exchange gets only what it left.
+        loop = self._loop or self._bind_loop()
+        connecting_at = loop.time()
+        conn = await self._connect(first_byte_timeout_s, total_timeout_s)
+        spent = loop.time() - connecting_at
+        return await self._exchange(
+            conn, request, first_byte_timeout_s - spent, total_timeout_s - spent, started
+        )
 
     async def _exchange(
         self,
@@ -542,10 +548,12 @@ class ConnectionPool:
         self._loop = asyncio.get_running_loop()
         return self._loop
 
-    async def _connect(self) -> _Connection:
+    async def _connect(self, first_byte_s: float, total_s: float) -> _Connection:
+        """A new connection, within connect_timeout_s and within the caller's deadlines."""
         loop = self._bind_loop()
+        within = min(first_byte_s, total_s)
         try:
-            async with asyncio.timeout(self.connect_timeout_s):
+            async with asyncio.timeout(min(self.connect_timeout_s, within)):
                 _, conn = await loop.create_connection(
                     lambda: _Connection(self),
                     self.host,
@@ -554,6 +562,12 @@ class ConnectionPool:
                     server_hostname=self.host if self.tls is not None else None,
                 )
         except TimeoutError:
+            if within < self.connect_timeout_s:
+                which = "total" if total_s <= first_byte_s else "first byte"
+                raise UpstreamTimeout(
+                    f"upstream {self.host}:{self.port} passed the {which} deadline connecting",
+                    total=which == "total",
+                ) from None
             raise UpstreamTimeout(
                 f"connecting to {self.host}:{self.port} took over {self.connect_timeout_s}s"
             ) from None

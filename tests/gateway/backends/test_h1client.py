@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 
@@ -559,5 +560,34 @@ def test_an_endless_head_is_a_protocol_error() -> None:
     async def body(pool: ConnectionPool) -> None:
         with pytest.raises(UpstreamProtocolError, match="head"):
             await pool.request(request(pool), first_byte_timeout_s=5, total_timeout_s=5)
+
+    asyncio.run(with_server(handler, body))
+
+
+@pytest.mark.parametrize("connect_s", [0.6, 2.0])
+def test_the_connect_spends_the_requests_deadline(connect_s: float) -> None:
+    """A connect that takes 0.6 s (a SYN retransmitted) leaves the exchange 0.4 s of a 1 s
+    deadline, not 1 s more; one slower than the deadline ends at the deadline, not at
+    connect_timeout_s."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        await asyncio.sleep(5)  # never answers in time
+
+    async def body(pool: ConnectionPool) -> None:
+        pool.connect_timeout_s = 3.0
+        loop = asyncio.get_running_loop()
+        connect = loop.create_connection
+
+        async def slow_connect(*args: Any, **kwargs: Any) -> Any:
+            await asyncio.sleep(connect_s)
+            return await connect(*args, **kwargs)
+
+        loop.create_connection = slow_connect  # type: ignore[method-assign]
+        began = loop.time()
+        with pytest.raises(UpstreamTimeout) as caught:
+            await pool.request(request(pool), first_byte_timeout_s=1, total_timeout_s=1)
+        assert loop.time() - began < 1.2
+        assert caught.value.total
 
     asyncio.run(with_server(handler, body))
