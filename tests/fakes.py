@@ -25,7 +25,7 @@ class Reply:
     status: int = 200
     body: bytes = b"{}"
     pieces: list[bytes] | None = None  # streamed as separate writes, verbatim
-    content_type: bytes = b"application/json"
+    content_type: bytes = b"application/json"  # empty: no content-type header
     delay_s: float = 0.0
     # A content-length above len(body) makes the answer stop short: the connection closes
     # mid-body (uvicorn refuses to finish a response shorter than it declared).
@@ -62,7 +62,7 @@ class FakeUpstream:
         reply = self.reply
         if reply.delay_s:
             await asyncio.sleep(reply.delay_s)
-        headers = [(b"content-type", reply.content_type)]
+        headers = [(b"content-type", reply.content_type)] if reply.content_type else []
         if reply.pieces is None:
             length = len(reply.body) if reply.declared_length is None else reply.declared_length
             headers.append((b"content-length", str(length).encode()))

@@ -250,37 +250,47 @@ async def _first_event(response: UpstreamResponse, wait_s: float, kind: Endpoint
     attempt's failure (first_byte_s bounds it) and another endpoint may serve. What holds no
     output (a keep-alive comment; a Responses stream's opening events, which come as early
     as its headers) does not end the wait."""
-    if response.has_body and not holds_no_output(kind, response.body_so_far()):
-        return  # it came with the headers: no timer to set and cancel
-    try:
-        async with asyncio.timeout(wait_s):
-            await response.wait_for_body()
-            # A full buffer (opening events echo the request's tools and instructions) holds
-            # no more until read: the wait ends there, as nothing more could arrive.
-            while not response.complete and not response.reading_paused:
-                arrived = response.body_so_far()
-                if not holds_no_output(kind, arrived):
-                    break
-                await response.wait_for_body(after=len(arrived))
-    except TimeoutError:
-        raise UpstreamTimeout("upstream sent no event within first_byte_s") from None
+    # Unless it came with the headers: then there is no timer to set and cancel.
+    if not response.has_body or holds_no_output(kind, response.body_so_far()):
+        try:
+            async with asyncio.timeout(wait_s):
+                await response.wait_for_body()
+                # A full buffer (opening events echo the request's tools and instructions)
+                # holds no more until read: the wait ends there, as nothing more could arrive.
+                while not response.complete and not response.reading_paused:
+                    arrived = response.body_so_far()
+                    if not holds_no_output(kind, arrived):
+                        break
+                    await response.wait_for_body(after=len(arrived))
+        except TimeoutError:
+            raise UpstreamTimeout("upstream sent no event within first_byte_s") from None
     _require_an_event(response, kind)
 
 
 def _require_a_stream(response: UpstreamResponse) -> None:
-    """A JSON answer to a stream request (a proxy or engine that ignored `stream`), relayed
-    as a stream, would reach the client as an event stream with no event in it."""
-    kind = response.header(b"content-type") or b""
-    if kind.startswith(b"application/json"):
-        raise UpstreamProtocolError("upstream answered a stream request with JSON")
+    """An answer to a stream request that says it is no event stream (JSON from a proxy or
+    engine that ignored `stream`, an HTML page), relayed as one, would reach the client as
+    an event stream with no event in it. Nothing reached it yet: another endpoint may serve."""
+    media = response.header(b"content-type")
+    if media is not None and not media.lower().startswith(b"text/event-stream"):
+        shown = media[:64].decode("latin-1")
+        raise UpstreamProtocolError(f"upstream answered a stream request with {shown}")
 
 
 def _require_an_event(response: UpstreamResponse, kind: EndpointKind) -> None:
-    """A stream that ended before any output answered nothing: relayed, the client would
-    get a 200 with no answer and no error. Nothing reached it yet, so another endpoint may
-    serve."""
-    if response.complete and holds_no_output(kind, response.body_so_far()):
+    """A stream that ended before any output, or whose body is JSON (an answer with no
+    content-type that ignored `stream`), answered nothing the client could read as events:
+    relayed, it would get a 200 with no answer and no error. Nothing reached it yet, so
+    another endpoint may serve."""
+    body = response.body_so_far()
+    if body[:1] in _JSON_OPENINGS:
+        raise UpstreamProtocolError("upstream answered a stream request with JSON")
+    if response.complete and holds_no_output(kind, body):
         raise UpstreamProtocolError("upstream ended the stream before its first event")
+
+
+# No event stream opens with these (an SSE line starts with a field name, a colon or ends).
+_JSON_OPENINGS: Final = frozenset((b"{", b"["))
 
 
 def _first_byte_wait(stream: bool, first_byte_s: float, remaining_s: float) -> float:

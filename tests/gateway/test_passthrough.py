@@ -662,3 +662,17 @@ def test_a_json_answer_to_a_stream_request_fails_over() -> None:
     text/event-stream: the SDK saw an empty stream. Nothing reached the client yet, so the
     next tier serves, and the answer counts against its endpoint."""
     _stream_failed_over_from(Reply(pieces=[b'{"id":"c","object":"chat.completion","choices":[]}']))
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body"),
+    [
+        (b"text/html; charset=utf-8", b"<html>Service is starting</html>"),  # a proxy's page
+        (b"", b'{"id":"c","object":"chat.completion","choices":[]}'),  # JSON, unlabelled
+    ],
+)
+def test_a_stream_answer_that_is_no_event_stream_fails_over(
+    content_type: bytes, body: bytes
+) -> None:
+    """Relayed, either reached the client as a 200 event stream with no event in it."""
+    _stream_failed_over_from(Reply(pieces=[body], content_type=content_type))
