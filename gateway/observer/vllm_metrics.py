@@ -11,6 +11,7 @@ always there, and stay 0 with APC off (rho is then None: no queries).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Final
@@ -139,7 +140,10 @@ def parse_vllm_metrics(text: str, model_name: str | None = None) -> VllmMetricsS
                 model_name
             ):
                 continue
-            sums[sample.name] = sums.get(sample.name, 0.0) + float(sample.value)
+            value = float(sample.value)
+            if not math.isfinite(value):  # NaN or Inf carries no count: as if not reported
+                continue
+            sums[sample.name] = sums.get(sample.name, 0.0) + value
             if sample.name in gauges:
                 engines.setdefault(sample.name, set()).add(sample.labels.get("engine", ""))
     for name, seen in engines.items():

@@ -147,3 +147,20 @@ def test_data_parallel_engines_give_gauges_per_engine() -> None:
     assert snapshot.concurrency == 7 and snapshot.engines == 2
     assert snapshot.kv_cache_usage_perc == pytest.approx(0.4)
     assert snapshot.generation_tokens == 200
+
+
+def test_non_finite_samples_read_as_not_reported() -> None:
+    """A NaN or Inf sample is no measurement: kept, it reached rho and C as NaN, then the
+    /admin/regime JSON (a 500) and the regime gauges."""
+    page = (
+        "# TYPE vllm:num_requests_running gauge\n"
+        'vllm:num_requests_running{engine="0"} NaN\n'
+        'vllm:num_requests_running{engine="1"} 4\n'
+        "# TYPE vllm:prefix_cache_queries_total counter\n"
+        'vllm:prefix_cache_queries_total{engine="0"} +Inf\n'
+        "# TYPE vllm:prefix_cache_hits_total counter\n"
+        'vllm:prefix_cache_hits_total{engine="0"} NaN\n'
+    )
+    snap = parse_vllm_metrics(page)
+    assert snap.num_requests_running == 4  # the engine that measured it
+    assert snap.prefix_cache_queries is None and snap.prefix_cache_hits is None
