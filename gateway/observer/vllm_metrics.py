@@ -235,8 +235,10 @@ def counter_deltas(prev: VllmMetricsSnapshot, cur: VllmMetricsSnapshot) -> Count
         a, b = getattr(prev, name), getattr(cur, name)
         if b is None:
             return None
-        if a is None or restarted:
+        if restarted:
             return float(b)
-        return float(b - a)
+        # Missing from the last scrape only (a partial page, a NaN sample): b is everything
+        # the engine counted since it started, not what it counted since then.
+        return None if a is None else float(b - a)
 
     return CounterDeltas(**{f.name: delta(f.name) for f in fields(CounterDeltas)})

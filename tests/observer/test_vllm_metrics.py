@@ -164,3 +164,19 @@ def test_non_finite_samples_read_as_not_reported() -> None:
     snap = parse_vllm_metrics(page)
     assert snap.num_requests_running == 4  # the engine that measured it
     assert snap.prefix_cache_queries is None and snap.prefix_cache_hits is None
+
+
+def test_a_counter_back_after_a_scrape_without_it_is_not_a_delta() -> None:
+    """A scrape that lacked the prefix-cache counters, the engine not restarted: the next
+    one's totals are the engine's whole life, not the window's (rho read 0.1, not 1.0)."""
+    before = VllmMetricsSnapshot(generation_tokens=5000, request_success=10)
+    after = VllmMetricsSnapshot(
+        generation_tokens=5020, request_success=12, prefix_cache_queries=1_000_100,
+        prefix_cache_hits=100_100,
+    )  # fmt: skip
+    d = counter_deltas(before, after)
+    assert d.prefix_cache_queries is None and d.rho is None
+    assert d.generation_tokens == 20
+    # After a restart every counter starts from 0: one the last scrape lacked counts whole.
+    restarted = VllmMetricsSnapshot(generation_tokens=30, prefix_cache_queries=40)
+    assert counter_deltas(before, restarted).prefix_cache_queries == 40
