@@ -9,7 +9,7 @@ sequence `"model":"<name>"` can only be the object key itself.
 from __future__ import annotations
 
 import re
-from typing import Final
+from typing import Final, TypeGuard
 
 import orjson
 
@@ -43,6 +43,10 @@ class ModelRewriter:
         return data
 
 
+def _is_count(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and value >= 0
+
+
 def usage_counts(body: bytes) -> tuple[int, int] | None:
     """(prompt_tokens, completion_tokens) from a response or chunk carrying a usage object
     (a Responses API usage names them input_tokens and output_tokens)."""
@@ -66,7 +70,9 @@ def usage_counts(body: bytes) -> tuple[int, int] | None:
         prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
         if prompt is None and completion is None:
             prompt, completion = usage.get("input_tokens"), usage.get("output_tokens")
-        if isinstance(prompt, int) and isinstance(completion, int):
+        # A negative count is no count: the Prometheus counters it feeds refuse to go down,
+        # and the failed increment lost the batch and stopped the gateway's flush timer.
+        if _is_count(prompt) and _is_count(completion):
             return prompt, completion
         return None
     return None

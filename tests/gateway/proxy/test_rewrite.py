@@ -46,6 +46,14 @@ def test_usage_counts_with_nested_details() -> None:
     assert usage_counts(b"no usage here") is None
 
 
+def test_usage_counts_refuse_a_negative_count() -> None:
+    # Counted, it failed the counters' increment, which lost the batch of every request
+    # recorded since the last flush and ended the gateway's flush timer for good.
+    assert usage_counts(b'{"usage":{"prompt_tokens":-50,"completion_tokens":3}}') is None
+    assert usage_counts(b'{"usage":{"input_tokens":4,"output_tokens":-1}}') is None
+    assert usage_counts(b'{"usage":{"prompt_tokens":0,"completion_tokens":0}}') == (0, 0)
+
+
 events = st.lists(
     st.builds(
         lambda text: (
