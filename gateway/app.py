@@ -391,8 +391,12 @@ class Gateway:
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
+            try:
                 await task
+            except asyncio.CancelledError:
+                pass
+            except Exception:  # a background task that died must not skip the cleanup below
+                log.exception("a background task had failed before shutdown")
         self._tasks.clear()
         self.shadow.close()
         self.metrics.flush()
@@ -404,8 +408,11 @@ class Gateway:
         # at most a second behind.
         while True:
             await asyncio.sleep(1.0)
-            self.metrics.flush()
-            self._publish_load()
+            try:
+                self.metrics.flush()
+                self._publish_load()
+            except Exception:  # one bad flush must not stop the next ones (nor --workers' gauges)
+                log.exception("flushing metrics failed")
 
     def _publish_load(self) -> None:
         if self.worker_load is not None:

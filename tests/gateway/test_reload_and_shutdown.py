@@ -360,3 +360,45 @@ def test_the_file_watcher_outlives_a_reload_that_fails_unexpectedly(
     with pytest.raises(asyncio.CancelledError):
         asyncio.run(app._watch_config())
     assert len(built) == 3 and app.reloads == 1  # the second edit was applied
+
+
+def test_a_failing_metrics_flush_stops_neither_the_timer_nor_the_shutdown(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One flush that raised (an upstream's negative usage did) ended the flush timer for
+    good, freezing --workers' load gauges, and made stop() re-raise before its cleanup."""
+    import asyncio
+
+    from gateway.app import build_app
+
+    app = build_app(unreachable_tiers(10), environ={})
+    flushes: list[int] = []
+
+    def flush() -> None:
+        flushes.append(1)
+        if len(flushes) == 1:
+            raise ValueError("Counters can only be incremented by non-negative amounts.")
+
+    monkeypatch.setattr(app.metrics, "flush", flush)
+    closed: list[bool] = []
+    monkeypatch.setattr(app.shadow, "close", lambda: closed.append(True))
+    real_sleep = asyncio.sleep
+
+    async def no_wait(_seconds: float) -> None:
+        await real_sleep(0)
+
+    async def died() -> None:
+        raise RuntimeError("a background task that failed")
+
+    async def main() -> None:
+        monkeypatch.setattr(asyncio, "sleep", no_wait)
+        timer = asyncio.ensure_future(app._flush_metrics())
+        for _ in range(100):
+            await real_sleep(0)
+        assert len(flushes) >= 3 and not timer.done()  # it went on after the failed flush
+        app._tasks += [timer, asyncio.ensure_future(died())]
+        await real_sleep(0)
+        await app.stop()
+
+    asyncio.run(main())
+    assert closed == [True]  # stop() reached its cleanup
