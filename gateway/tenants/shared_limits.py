@@ -60,7 +60,10 @@ local function level(key, rate, cap)
   local state = redis.call('HMGET', key, 'level', 'updated')
   local current = tonumber(state[1]) or cap
   local updated = tonumber(state[2]) or now
-  return math.min(cap, current + (now - updated) * rate)
+  -- TIME is Redis' wall clock: after it steps back (NTP, a failover to a replica whose
+  -- clock is behind), `updated` is in the future; the bucket then refills nothing rather
+  -- than draining by the step and refusing the tenant until the clock catches up.
+  return math.min(cap, current + math.max(0, now - updated) * rate)
 end
 
 if max_conc > 0 then
@@ -105,7 +108,7 @@ if tpm_rate > 0 and delta ~= 0 then
   local state = redis.call('HMGET', KEYS[1], 'level', 'updated')
   local current = tonumber(state[1]) or tpm_cap
   local updated = tonumber(state[2]) or now
-  local refilled = math.min(tpm_cap, current + (now - updated) * tpm_rate)
+  local refilled = math.min(tpm_cap, current + math.max(0, now - updated) * tpm_rate)
   store(KEYS[1], math.min(tpm_cap, refilled + delta), tpm_rate, tpm_cap)
 end
 return 0

@@ -256,3 +256,31 @@ def test_after_a_failure_admissions_keep_to_the_local_limits_for_a_while() -> No
         assert limiter.local.inflight == 6
 
     asyncio.run(scenario())
+
+
+def test_a_redis_clock_stepped_back_does_not_drain_the_buckets(redis_url: str) -> None:
+    """Redis' TIME is a wall clock: after it steps back (NTP, a failover to a replica whose
+    clock is behind) a bucket's `updated` lies in the future. The refill went negative: a
+    bucket holding 9 of 10 requests refused the tenant for the whole step (Retry-After 59 s),
+    and a token budget's release drained it as well."""
+    import redis.asyncio
+
+    from gateway.tenants.limits import TenantLimits
+    from gateway.tenants.shared_limits import SharedLimiter
+
+    async def scenario() -> None:
+        client = redis.asyncio.from_url(redis_url)
+        limits = TenantLimits(requests_per_second=10, burst=10, tokens_per_minute=600)
+        limiter = SharedLimiter(client, "skewed", limits)
+        hold = await limiter.admit(100)
+        seconds, micros = await client.time()
+        ahead = seconds + micros / 1e6 + 60  # written by a clock 60 s ahead of this one
+        for kind in ("rps", "tpm"):
+            await client.hset(f"tiergate:skewed:{kind}", "updated", ahead)
+        await limiter.release(hold, 100, used_tokens=50)  # 50 tokens back: 550 left
+        assert float(await client.hget("tiergate:skewed:tpm", "level") or 0) == 550
+        await client.hset("tiergate:skewed:tpm", "updated", ahead)
+        assert await limiter.admit(100) is not None
+        await client.aclose()
+
+    asyncio.run(scenario())
