@@ -416,15 +416,18 @@ class LiveObserver:
         self._queue = asyncio.Queue(self.observer.queue_size)
         loop = asyncio.get_running_loop()
         return [
-            loop.create_task(self._every(0.25, self._drain_async)),
+            loop.create_task(self._every(lambda: 0.25, self._drain_async)),
             loop.create_task(self._consume()),
-            loop.create_task(self._every(self.observer.scrape_interval_s, self.scrape_once)),
-            loop.create_task(self._every(self.observer.plan_interval_s, self._plan_async)),
+            loop.create_task(
+                self._every(lambda: self.observer.scrape_interval_s, self.scrape_once)
+            ),
+            loop.create_task(self._every(lambda: self.observer.plan_interval_s, self._plan_async)),
         ]
 
-    async def _every(self, period_s: float, work: Callable[[], Any]) -> None:
+    async def _every(self, period_s: Callable[[], float], work: Callable[[], Any]) -> None:
         while True:
-            await asyncio.sleep(period_s)
+            # Read every round: a reload may change it (a sleep already begun runs out).
+            await asyncio.sleep(period_s())
             try:
                 await work()
             except Exception:  # a background failure must never stop the loop

@@ -549,3 +549,37 @@ def test_a_reload_that_removes_every_reporting_replica_returns_k_to_the_estimate
     view = observer.plan_view()["nv"]
     assert view["engine_kv_capacity_tokens"] is None
     assert view["recommended"]["knee"] == 438  # the estimate: NVFP4 30B on a B200
+
+
+def test_a_reload_applies_its_plan_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The planning and scraping tasks read their interval once, when started: a reload that
+    changed plan_interval_s (here from 0.02 s to an hour) kept planning at the old pace."""
+    loop = Loop(monkeypatch)
+    plans: list[float] = []
+    monkeypatch.setattr(loop.observer, "plan_once", lambda: plans.append(loop.now))
+
+    async def nothing() -> None:
+        return None
+
+    monkeypatch.setattr(loop.observer, "scrape_once", nothing)
+
+    def with_interval(seconds: float) -> Settings:
+        data = loop.observer.settings.model_dump(mode="json")
+        data["observer"]["plan_interval_s"] = seconds
+        return parse_settings(data)
+
+    async def main() -> None:
+        loop.observer.configure(with_interval(0.02))
+        tasks = loop.observer.start()
+        await asyncio.sleep(0.1)
+        assert plans
+        loop.observer.configure(with_interval(3600.0))
+        await asyncio.sleep(0.05)  # the sleep begun under 0.02 s runs out
+        planned = len(plans)
+        await asyncio.sleep(0.2)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        assert len(plans) == planned
+
+    asyncio.run(main())
