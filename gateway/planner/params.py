@@ -202,11 +202,27 @@ class ServeParams(_Frozen):
         return self
 
 
-class PolicyParams(_Frozen):
-    """The b.1 control loop: window W, period, hysteresis h, dwell, confirmations N."""
+# The b.1 loop's window W and period are the live observer's (`observer.window_s`,
+# `observer.plan_interval_s`); these names here were accepted and never read.
+_MOVED_POLICY_FIELDS: Final = {
+    "window_s": "observer.window_s",
+    "period_s": "observer.plan_interval_s",
+}
 
-    window_s: float = Field(default=300.0, gt=0)
-    period_s: float = Field(default=60.0, gt=0)
+
+class PolicyParams(_Frozen):
+    """The b.1 control loop's switching rules: hysteresis h, dwell, confirmations N. Its
+    window W and period are the observer's `window_s` and `plan_interval_s`."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_moved_fields(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for name, home in _MOVED_POLICY_FIELDS.items():
+                if name in data:
+                    raise ValueError(f"{name} is not a policy setting: set {home}")
+        return data
+
     hysteresis: float = Field(default=0.10, ge=0, lt=1)
     dwell_s: float = Field(default=1800.0, ge=0)
     confirmations: int = Field(default=3, ge=1)

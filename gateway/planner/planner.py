@@ -550,7 +550,8 @@ class Planner:
         self._current = running
 
     def step(self, now: float, regime: Regime) -> PlannerStep:
-        """Evaluate once (call every policy.period_s with the regime over policy.window_s)."""
+        """Evaluate once (the live observer calls it every `observer.plan_interval_s` with the
+        regime over `observer.window_s`)."""
         plan = plan_tier(regime, self.settings, self.candidates, self._current, q_min=self.q_min)
         if self._current is None:
             self._switch(plan.config, now)

@@ -100,3 +100,14 @@ def test_unknown_preset() -> None:
 def test_eta_quality_and_non_finite_numbers_are_validated(text: str) -> None:
     with pytest.raises(ValidationError):
         settings_from_yaml(text)
+
+
+@pytest.mark.parametrize(
+    ("field", "home"), [("window_s", "observer.window_s"), ("period_s", "observer.plan_interval_s")]
+)
+def test_the_loops_window_and_period_are_set_where_they_are_read(field: str, home: str) -> None:
+    """planner.policy.window_s and period_s were accepted and never read: the gateway plans
+    over the observer's window, every observer.plan_interval_s."""
+    with pytest.raises(ValidationError, match=f"{field} is not a policy setting: set {home}"):
+        Settings.model_validate({"policy": {field: 3600}})
+    assert Settings.model_validate({"policy": {"hysteresis": 0.2}}).policy.hysteresis == 0.2
