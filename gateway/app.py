@@ -151,7 +151,7 @@ class Gateway:
         self._tasks: list[asyncio.Task[None]] = []
         # Its interval is the installed configuration's (`_install`): a reload changes it.
         self.health = HealthChecker(lambda: self.runtime.tiers)
-        self._config_mtime = _mtime(config_path)
+        self._config_stamp = _file_stamp(config_path)
         self._installed = False
         self.recalibrator: Recalibrator | None = None
         self.runtime = self._build_runtime(settings, previous=None)
@@ -344,9 +344,9 @@ class Gateway:
     async def _watch_config(self) -> None:
         while True:
             await asyncio.sleep(1.0)
-            mtime = _mtime(self.config_path)
-            if mtime != self._config_mtime:
-                self._config_mtime = mtime
+            stamp = _file_stamp(self.config_path)
+            if stamp != self._config_stamp:
+                self._config_stamp = stamp
                 try:
                     self.try_reload()
                 except Exception:
@@ -474,13 +474,17 @@ def _redis_client(settings: Settings, environ: Mapping[str, str]) -> Any:
     return redis.asyncio.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
 
 
-def _mtime(path: Path | None) -> float | None:
+def _file_stamp(path: Path | None) -> tuple[int, int, int] | None:
+    """What tells a changed file: its mtime in ns, size and inode. The mtime alone missed a
+    file replaced by one with the same mtime (`cp -p` then `mv`, builds that pin mtimes); the
+    inode sees a replacement, as a Kubernetes ConfigMap's symlink swap is."""
     if path is None:
         return None
     try:
-        return path.stat().st_mtime
+        status = path.stat()
     except OSError:
         return None
+    return status.st_mtime_ns, status.st_size, status.st_ino
 
 
 class _HotRouteFallback:

@@ -402,3 +402,38 @@ def test_a_failing_metrics_flush_stops_neither_the_timer_nor_the_shutdown(
 
     asyncio.run(main())
     assert closed == [True]  # stop() reached its cleanup
+
+
+def test_the_file_watch_sees_a_file_replaced_with_the_same_mtime(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`cp -p` then `mv` (or a build that pins mtimes) replaces the file and keeps its mtime:
+    the watch compared the mtime alone, and never reloaded."""
+    import asyncio
+    import os
+
+    from gateway.app import build_app
+
+    path = write_settings(tmp_path / "tiergate.yaml", unreachable_tiers(10))
+    app = build_app(unreachable_tiers(10), environ={}, config_path=path, watch_config=True)
+    edited = unreachable_tiers(10).model_dump(mode="json")
+    edited["resilience"]["queue_size"] = 7
+    replacement = write_settings(tmp_path / "edited.yaml", parse_settings(edited))
+    before = path.stat()
+    os.utime(replacement, ns=(before.st_atime_ns, before.st_mtime_ns))
+    real_sleep = asyncio.sleep
+
+    async def no_wait(_seconds: float) -> None:
+        await real_sleep(0)
+
+    async def main() -> None:
+        monkeypatch.setattr(asyncio, "sleep", no_wait)
+        watch = asyncio.ensure_future(app._watch_config())
+        await real_sleep(0)
+        os.replace(replacement, path)
+        for _ in range(20):
+            await real_sleep(0)
+        watch.cancel()
+
+    asyncio.run(main())
+    assert app.reloads == 1 and app.runtime.settings.resilience.queue_size == 7
