@@ -55,17 +55,18 @@ class Endpoint(Section):
     @classmethod
     def parse(cls, url: str) -> Endpoint:
         parts = urlsplit(url)
-        if parts.scheme not in {"http", "https"} or not parts.hostname:
-            raise ValueError(f"endpoint {url!r} must be an http(s)://host[:port]/path URL")
-        if parts.query or parts.fragment:
-            raise ValueError(f"endpoint {url!r} must not carry a query or fragment")
         if "@" in parts.netloc:
             # Never sent upstream, yet the URL is a label in /metrics (open by default).
-            # (Not echoed: the message would print the password.)
+            # Checked first, and not echoed: every other message here prints the URL, and
+            # with it the password, into the log of a refused reload.
             raise ValueError(
                 f"endpoint of host {parts.hostname!r} must not carry a user or password; "
                 "the engine's key goes in the tier's api_key_env"
             )
+        if parts.scheme not in {"http", "https"} or not parts.hostname:
+            raise ValueError(f"endpoint {url!r} must be an http(s)://host[:port]/path URL")
+        if parts.query or parts.fragment:
+            raise ValueError(f"endpoint {url!r} must not carry a query or fragment")
         if not all("!" <= char <= "~" for char in parts.path):
             # The path goes into the upstream request line as it is: a space or a control
             # character there would break the request.
