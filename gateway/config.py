@@ -401,13 +401,23 @@ def load_settings(path: str | Path) -> Settings:
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: plain data only
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{file}: not valid YAML: {exc}") from None
+        raise ConfigError(f"{file}: not valid YAML: {_yaml_problem(exc)}") from None
     except RecursionError:  # the YAML parser recurses once per level of nesting
         raise ConfigError(f"{file}: not a configuration: nested too deeply") from None
     try:
         return parse_settings(data)
     except ConfigError as exc:
         raise ConfigError(f"{file}: {exc}") from None
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """What is wrong and where, without PyYAML's snippet of the line: that line may hold a
+    key or token, and the message goes to the log of a refused reload."""
+    if not isinstance(exc, yaml.MarkedYAMLError) or exc.problem_mark is None:
+        return str(exc)
+    mark = exc.problem_mark
+    context = f"{exc.context}: " if exc.context else ""
+    return f"{context}{exc.problem} (line {mark.line + 1}, column {mark.column + 1})"
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

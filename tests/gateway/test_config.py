@@ -180,6 +180,18 @@ def test_serve_with_unreadable_yaml_exits_2(tmp_path: Path) -> None:
     assert result.returncode == 2 and "not valid YAML" in result.stderr
 
 
+def test_a_yaml_error_names_the_place_without_printing_the_line(tmp_path: Path) -> None:
+    # PyYAML's message quotes the line: a typo next to a key put the key in the log line of
+    # the refused reload.
+    from gateway.config import ConfigError, load_settings
+
+    path = tmp_path / "typo.yaml"
+    path.write_text('model: m\ntenants:\n  - {name: t, api_keys: ["sk-hunter2"}\n')
+    with pytest.raises(ConfigError, match=r"not valid YAML: .*\(line 3, column \d+\)") as refused:
+        load_settings(path)
+    assert "hunter2" not in str(refused.value)
+
+
 def test_a_config_file_that_is_not_utf8_is_a_config_error_naming_it(tmp_path: Path) -> None:
     from gateway.config import ConfigError, load_settings
 
