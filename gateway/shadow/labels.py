@@ -34,7 +34,7 @@ class LabelLog:
         self._file: IO[bytes] | None = None
         # Fail now, where a configuration can still be refused, not at the first label.
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.open("ab").close()
+        _open_private(path).close()
 
     def append(self, record: dict[str, Any]) -> None:
         line = orjson.dumps(record) + b"\n"
@@ -56,7 +56,7 @@ class LabelLog:
             self._file.close()
             self._file = None
         if self._file is None:
-            self._file = self.path.open("ab")
+            self._file = _open_private(self.path)
         return self._file
 
     def _is_current(self, file: IO[bytes]) -> bool:
@@ -87,6 +87,14 @@ class LabelLog:
             if self._file is not None:
                 self._file.close()
                 self._file = None
+
+
+def _open_private(path: Path) -> IO[bytes]:
+    """`path` opened for appending; created readable by its owner alone: a line may hold a
+    tenant's prompt (keep_text), and under the usual umask a new file is world-readable.
+    An existing file keeps the mode it has."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+    return os.fdopen(os.open(path, flags, 0o600), "ab")
 
 
 def check_label_log_path(path: Path) -> None:

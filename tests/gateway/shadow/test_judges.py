@@ -239,6 +239,23 @@ def test_label_log_without_backups_truncates_instead_of_growing(tmp_path: Path) 
     assert json.loads(path.read_text().splitlines()[-1])["id"] == "999"
 
 
+def test_label_log_files_are_readable_by_their_owner_alone(tmp_path: Path) -> None:
+    # Lines may hold tenants' prompts: a file created under umask 022 was world-readable,
+    # and so was every file a rotation started.
+    path = tmp_path / "labels.jsonl"
+    previous = os.umask(0o022)
+    try:
+        log = LabelLog(path, max_bytes=4096, backups=1)
+        for _ in range(100):
+            log.append({"request": {"prompt": "x" * 100}})
+        log.close()
+    finally:
+        os.umask(previous)
+    rotated = path.with_name("labels.jsonl.1")
+    assert rotated.exists()
+    assert [oct(p.stat().st_mode & 0o777) for p in (path, rotated)] == ["0o600", "0o600"]
+
+
 def test_checking_a_label_log_path_creates_nothing(tmp_path: Path) -> None:
     """`check_label_log_path` says what `LabelLog` would meet, and leaves no trace."""
     check_label_log_path(tmp_path / "new" / "deeper" / "labels.jsonl")  # LabelLog makes dirs
