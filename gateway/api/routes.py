@@ -41,8 +41,10 @@ def bearer_matches(request: Request, token: str) -> bool:
     (compared in constant time): with several, servers disagree on which one counts."""
     values = request.headers.getlist("authorization")
     scheme, _, presented = values[0].partition(" ") if len(values) == 1 else ("", "", "")
+    # Starlette decodes header bytes as latin-1: encoding back to latin-1 gives the bytes
+    # the client sent, so a token beyond ASCII matches its UTF-8 form, as tenant keys do.
     return scheme.lower() == "bearer" and hmac.compare_digest(
-        presented.strip().encode(), token.encode()
+        presented.strip().encode("latin-1"), token.encode()
     )
 
 
