@@ -43,6 +43,12 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
+def _without_userinfo(url: str) -> str:
+    """`url` for a message, without anything up to an `@`: a malformed URL (no `//`) still
+    leaves the user:password it may carry outside `netloc`."""
+    return url if "@" not in url else "..." + url[url.rindex("@") :]
+
+
 class Endpoint(Section):
     """One upstream base URL, split once so the hot path never parses URLs."""
 
@@ -64,9 +70,14 @@ class Endpoint(Section):
                 "the engine's key goes in the tier's api_key_env"
             )
         if parts.scheme not in {"http", "https"} or not parts.hostname:
-            raise ValueError(f"endpoint {url!r} must be an http(s)://host[:port]/path URL")
+            raise ValueError(
+                f"endpoint {_without_userinfo(url)!r} must be an http(s)://host[:port]/path URL"
+            )
         if parts.query or parts.fragment:
-            raise ValueError(f"endpoint {url!r} must not carry a query or fragment")
+            # Not echoed either: a query is where some proxies take a key (`?key=...`).
+            raise ValueError(
+                f"endpoint of host {parts.hostname!r} must not carry a query or fragment"
+            )
         if not all("!" <= char <= "~" for char in parts.path):
             # The path goes into the upstream request line as it is: a space or a control
             # character there would break the request.

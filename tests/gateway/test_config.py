@@ -217,6 +217,9 @@ def test_a_config_file_nested_too_deeply_is_a_config_error(tmp_path: Path) -> No
         # Wrong in another way too: that message printed the whole URL, password and all.
         ("http://user:hunter2@127.0.0.1:9001/v1?x=1", "must not carry a user or password"),
         ("htp://user:hunter2@127.0.0.1:9001/v1", "must not carry a user or password"),
+        ("user:hunter2@127.0.0.1:9001/v1", "must be an http"),
+        ("http:/user:hunter2@127.0.0.1:9001/v1", "must be an http"),
+        ("http://127.0.0.1:9001/v1?key=hunter2", "must not carry a query"),
         ("http://127.0.0.1:9001/my engine/v1", "printable ASCII without spaces"),
     ],
 )
