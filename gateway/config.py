@@ -455,12 +455,22 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 
 def resolve_secret(value: str | None, env_name: str | None, environ: Mapping[str, str]) -> str:
-    """A secret given inline or through an environment variable; empty when neither is set."""
+    """A secret given inline or through an environment variable; empty when neither is set.
+    Surrounding whitespace is dropped: a secret made from a file (`kubectl create secret
+    --from-file`) ends in a newline no client sends, and the token could never match."""
     if value:
-        return value
+        return _trimmed(value, "an inline secret")
     if env_name:
-        return environ.get(env_name, "")
+        return _trimmed(environ.get(env_name, ""), f"${env_name}")
     return ""
+
+
+def _trimmed(raw: str, where: str) -> str:
+    secret = raw.strip()
+    if raw and not secret:
+        # Read as "no token", it would leave its endpoint open (or the admin API off).
+        raise ConfigError(f"{where} holds only whitespace")
+    return secret
 
 
 def _check_header_value(value: str, what: str) -> None:
@@ -475,7 +485,7 @@ def resolve_metrics_token(metrics: MetricsSettings, environ: Mapping[str, str]) 
     default must be set: unset, /metrics would be open to anyone while the file asked for a
     token (the default name, unset, leaves it open, as documented)."""
     if metrics.token:
-        return metrics.token
+        return _trimmed(metrics.token, "metrics.token")
     if metrics.token_env is None:
         return ""
     token = environ.get(metrics.token_env)
@@ -484,7 +494,7 @@ def resolve_metrics_token(metrics: MetricsSettings, environ: Mapping[str, str]) 
             f"metrics.token_env names ${metrics.token_env}, which is not set: /metrics would "
             "be open to anyone (set it, or drop token_env to leave /metrics open)"
         )
-    return token or ""
+    return _trimmed(token or "", f"${metrics.token_env}")
 
 
 def tier_api_key(tier: TierSettings, environ: Mapping[str, str] | None = None) -> str | None:

@@ -176,9 +176,10 @@ def up(
             # config file's own keep_text (a privacy choice) is never overridden.
             shadow["keep_text"] = True
     with_options = up_options(shadow, secrets.token_urlsafe(18), os.environ)
-    settings = with_options(settings)
-    # As the gateway resolves it: the file's token before its variable's.
-    admin_token = resolve_secret(settings.admin.token, settings.admin.token_env, os.environ)
+    with config_errors_exit():
+        settings = with_options(settings)
+        # As the gateway resolves it: the file's token before its variable's.
+        admin_token = resolve_secret(settings.admin.token, settings.admin.token_env, os.environ)
     if settings.server.workers > 1:
         # The demo's admin token and shadow settings live in this process only.
         typer.echo(
