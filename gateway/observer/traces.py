@@ -120,7 +120,8 @@ def parse_mooncake(lines: Iterable[str]) -> list[MooncakeRequest]:
             )
         except KeyError as exc:
             raise ValueError(f"mooncake line {number}: missing field {exc}") from exc
-        except (TypeError, ValueError, OverflowError) as exc:  # int(inf) overflows
+        except (TypeError, ValueError, OverflowError, RecursionError) as exc:
+            # int(inf) overflows; a row nested thousands deep exhausts json's recursion.
             raise ValueError(f"mooncake line {number}: {exc}") from exc
     out.sort(key=lambda r: r.arrival_s)
     return out
@@ -203,9 +204,19 @@ def detect_format(path: Path, head: str) -> TraceFormat:
     raise ValueError(f"cannot tell the format of {path}; pass --format")
 
 
+def _read_text(path: Path) -> str:
+    """The file as UTF-8 text; a byte that is not UTF-8 is named with its file and line."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ValueError(f"{path}: line {line}: not UTF-8 text ({exc.reason})") from None
+
+
 def read_trace(path: Path, fmt: TraceFormat | None = None) -> Trace:
     """Reads and parses one trace file; a malformed or empty one raises ValueError naming it."""
-    text = path.read_text(encoding="utf-8")
+    text = _read_text(path)
     kind = fmt or detect_format(path, text[:4096])
     try:
         if kind == "mooncake":
@@ -214,7 +225,7 @@ def read_trace(path: Path, fmt: TraceFormat | None = None) -> Trace:
             trace = Trace("azure", requests=tuple(parse_azure_csv(text.splitlines())))
         else:
             trace = Trace("chat", conversations=tuple(parse_chat(text)))
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested too deeply
         raise ValueError(f"{path}: {exc}") from exc
     if not trace.requests and not trace.conversations:
         raise ValueError(f"{path}: no requests in this {kind} trace")

@@ -208,3 +208,32 @@ def test_mooncake_rejects_non_finite_values_by_line(tmp_path: Path, row: str, sa
         read_trace(trace, "mooncake")
     result = runner.invoke(app, ["regime", "--trace", str(trace), "--json"])
     assert result.exit_code == 2 and says in result.output
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (b'{"timestamp": 0, "input_length": 3, "output_length": 1}\n{"x": "\xff"}\n', "line 2"),
+        (
+            b'{"timestamp": 0, "input_length": 3, "output_length": 1, "hash_ids": '
+            + b"[" * 100_000
+            + b"]" * 100_000
+            + b"}\n",
+            "mooncake line 1",
+        ),
+    ],
+    ids=["not-utf8", "nested-too-deep"],
+)
+def test_an_unreadable_trace_is_an_error_naming_file_and_line(
+    tmp_path: Path, content: bytes, says: str
+) -> None:
+    """A byte that is not UTF-8 was an error naming neither file nor line; JSON nested too
+    deeply was a traceback (RecursionError)."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_bytes(content)
+    with pytest.raises(ValueError, match=rf"t.jsonl: {says}"):
+        read_trace(trace, "mooncake")
+    for command in (["regime", "--trace", str(trace)], ["plan", "--trace", str(trace)]):
+        result = runner.invoke(app, command)
+        assert result.exit_code == 2, result.output
+        assert f"t.jsonl: {says}" in result.output
