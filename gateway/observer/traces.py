@@ -188,7 +188,14 @@ def parse_chat(text: str) -> list[Conversation]:
     if stripped.startswith("["):
         rows = json.loads(stripped)
     else:
-        rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+        rows = []
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except (ValueError, RecursionError) as exc:  # json's position is within the line
+                raise ValueError(f"chat line {number}: {exc}") from exc
     convs = [_conversation(row, i) for i, row in enumerate(rows)]
     return [c for c in convs if c is not None]
 

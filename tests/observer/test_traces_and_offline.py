@@ -237,3 +237,12 @@ def test_an_unreadable_trace_is_an_error_naming_file_and_line(
         result = runner.invoke(app, command)
         assert result.exit_code == 2, result.output
         assert f"t.jsonl: {says}" in result.output
+
+
+def test_a_chat_jsonl_error_names_the_line_of_the_file(tmp_path: Path) -> None:
+    """json's own position counts within the line, so every error said 'line 1'."""
+    good = json.dumps({"messages": [{"role": "user", "content": "hi"}]})
+    trace = tmp_path / "chat.jsonl"
+    trace.write_text(f"{good}\n{good}\n{{bad\n")
+    with pytest.raises(ValueError, match=r"chat.jsonl: chat line 3: "):
+        read_trace(trace)
