@@ -135,6 +135,14 @@ def _seconds(stamp: str) -> float:
     return parsed.timestamp()
 
 
+def _count(cells: Sequence[str], header: Sequence[str], column: int) -> int:
+    # A negative length would give a negative service time: a wrong concurrency, not an error.
+    value = int(cells[column])
+    if value < 0:
+        raise ValueError(f"{header[column]} is not a token count: {value}")
+    return value
+
+
 def parse_azure_csv(lines: Iterable[str]) -> list[LengthRequest]:
     """Azure rows with arrivals in seconds from the first request."""
     rows = iter(lines)
@@ -151,7 +159,13 @@ def parse_azure_csv(lines: Iterable[str]) -> list[LengthRequest]:
             continue
         cells = line.split(",")
         try:
-            raw.append((_seconds(cells[t_col]), int(cells[in_col]), int(cells[out_col])))
+            raw.append(
+                (
+                    _seconds(cells[t_col]),
+                    _count(cells, header, in_col),
+                    _count(cells, header, out_col),
+                )
+            )
         except (IndexError, ValueError) as exc:
             raise ValueError(f"azure line {number}: {exc}") from exc
     raw.sort(key=lambda r: r[0])

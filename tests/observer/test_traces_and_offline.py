@@ -246,3 +246,16 @@ def test_a_chat_jsonl_error_names_the_line_of_the_file(tmp_path: Path) -> None:
     trace.write_text(f"{good}\n{good}\n{{bad\n")
     with pytest.raises(ValueError, match=r"chat.jsonl: chat line 3: "):
         read_trace(trace)
+
+
+@pytest.mark.parametrize("cells", ["-40,14", "40,-14"])
+def test_azure_refuses_a_negative_length(tmp_path: Path, cells: str) -> None:
+    """A negative length gave a negative service time: a wrong concurrency and l_in, exit 0."""
+    trace = tmp_path / "a.csv"
+    trace.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:17:03.9799600,4808,10\n"
+        f"2023-11-16 18:17:04.0319600,{cells}\n"
+    )
+    with pytest.raises(ValueError, match=r"a.csv: azure line 3: \w+Tokens is not a token count"):
+        read_trace(trace)
