@@ -237,6 +237,8 @@ def _settings(params: Path | None, hardware: str | None, model: str | None) -> S
 
         try:
             loaded = yaml.safe_load(params.read_text(encoding="utf-8"))
+        except UnicodeDecodeError as exc:  # its own message names no file
+            raise ValueError(f"{params}: not UTF-8 text ({exc.reason})") from None
         except yaml.YAMLError as exc:
             raise ValueError(f"{params}: not valid YAML: {' '.join(str(exc).split())}") from None
         if loaded is not None and not isinstance(loaded, dict):

@@ -391,6 +391,15 @@ def test_bad_params_name_their_fields_in_one_line(
         assert all(field in line for field in fields) and "pydantic.dev" not in line
 
 
+def test_params_that_are_not_utf8_are_named(tmp_path: Path) -> None:
+    """The error was the codec's own ('utf-8' codec can't decode byte ...), naming no file."""
+    params = tmp_path / "params.yaml"
+    params.write_bytes(b"cost: {l_in: \xff}\n")
+    for command in (["plan", "--regime", REGIME], ["plan", "breakeven"]):
+        line = _error_line([*command, "--params", str(params)])
+        assert "params.yaml: not UTF-8 text" in line
+
+
 def test_breakeven_refuses_negative_digits() -> None:
     """--digits -3 rounded every figure to 0.0 and exited 0."""
     result = runner.invoke(app, ["plan", "breakeven", "--digits", "-3"])
