@@ -130,7 +130,7 @@ def train(
     with _errors():
         _refuse_ignored_split(ctx, bool(score_data), calibration)
         # Read before anything is written, so a bad --notes leaves no half-written model.
-        notes_text = notes.read_text(encoding="utf-8") if notes else ""
+        notes_text = _read_notes(notes) if notes else ""
         from router_models.card import CardFacts, render_card
         from router_models.training import TrainConfig, cross_validate, fit_router
 
@@ -454,6 +454,13 @@ def _staged(out: Path) -> Iterator[Path]:
             os.replace(stage / name, out / name)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
+
+
+def _read_notes(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:  # its own message names no file
+        _fail(f"--notes {path}: not UTF-8 text ({exc.reason})")
 
 
 def _check_fraction(option: str, value: float) -> None:

@@ -457,6 +457,20 @@ def test_a_missing_notes_file_writes_no_model(data_file: Path, tmp_path: Path) -
     assert not out.exists()  # model.json and arrays.npz were written before the error
 
 
+def test_notes_that_are_not_utf8_are_named_and_write_no_model(
+    data_file: Path, tmp_path: Path
+) -> None:
+    """The error was the codec's own ('utf-8' codec can't decode byte ...), naming no file."""
+    notes = tmp_path / "notes.md"
+    notes.write_bytes(b"# notes \xff\n")
+    out = tmp_path / "m"
+    argv = ["router", "train", "--data", str(data_file), "--tiers", TIERS, "--out", str(out),
+            "--notes", str(notes)]  # fmt: skip
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 2 and "notes.md: not UTF-8 text" in result.stderr, result.output
+    assert not out.exists()
+
+
 def test_train_refuses_a_bad_alpha_before_any_work(data_file: Path, tmp_path: Path) -> None:
     out = tmp_path / "m"
     argv = ["router", "train", "--data", str(data_file), "--tiers", TIERS, "--out", str(out),
