@@ -113,7 +113,7 @@ def load_labels(paths: Sequence[str | Path], tiers: Sequence[str] | None = None)
         if len(requests) == before:
             what = "rows with request text" if skipped else "label rows (empty file)"
             raise LabelDataError(name, f"no {what}")
-        files[name] = len(requests) - before
+        files[name] = files.get(name, 0) + len(requests) - before  # a file given twice
     assert ladder is not None  # at least one row was read
     correct = np.asarray(scores, dtype=np.float64).reshape(len(requests), len(ladder))
     return LabelSet(ladder, tuple(requests), correct, tuple(ids), dict(sources), files, skipped)

@@ -644,7 +644,7 @@ def _evaluate_doc(
         cost_source=cost_source,
     )
     doc["data"] = {
-        "files": {Path(name).name: rows for name, rows in labels.files.items()},
+        "files": _rows_by_file_name(labels),
         "sources": dict(labels.sources),
     }
     return doc
@@ -687,11 +687,20 @@ def _summary(doc: dict[str, Any] | None) -> dict[str, Any] | None:
     return {k: doc.get(k) for k in keys}
 
 
+def _rows_by_file_name(labels: LabelSet) -> dict[str, int]:
+    """Rows per file, by name only (no local paths); files of one name in different
+    directories add up, where the last one's count stood for all of them."""
+    rows: dict[str, int] = {}
+    for name, count in labels.files.items():
+        rows[Path(name).name] = rows.get(Path(name).name, 0) + count
+    return rows
+
+
 def _data_facts(role: str, labels: LabelSet, used: int | None = None) -> Any:
     """What the card says about a data set; files by name only (no local paths)."""
     from router_models.card import DataFacts
 
-    files = {Path(name).name: rows for name, rows in labels.files.items()}
+    files = _rows_by_file_name(labels)
     rows = len(labels) if used is None else used
     return DataFacts(role, files, dict(labels.sources), labels.tiers, rows)
 

@@ -545,3 +545,31 @@ def test_option_help_names_only_options_of_its_own_command() -> None:
         for param in command.params:
             named = set(re.findall(r"--[a-z][a-z-]*", getattr(param, "help", None) or ""))
             assert named <= options, f"router {name} {param.opts[0]}: {named - options}"
+
+
+def test_files_of_one_name_count_all_their_rows(
+    model_dir: Path, data_file: Path, tmp_path: Path
+) -> None:
+    """Files are named without their directory; two `labels.jsonl` (or one file given twice)
+    were listed with the last one's rows only: 60 of 260 in the report and the card."""
+    lines = data_file.read_text().splitlines(keepends=True)
+    for day, rows in (("day1", 200), ("day2", 60)):
+        (tmp_path / day).mkdir()
+        (tmp_path / day / "labels.jsonl").write_text("".join(lines[:rows]))
+    data = ["--data", str(tmp_path / "day1" / "labels.jsonl")]
+    data += ["--data", str(tmp_path / "day2" / "labels.jsonl")]
+    evaluated = runner.invoke(
+        app, ["router", "evaluate", "--model", str(model_dir), *data, "--json"]
+    )
+    assert evaluated.exit_code == 0, evaluated.output
+    assert json.loads(evaluated.stdout)["data"]["files"] == {"labels.jsonl": 260}
+    out = tmp_path / "m"
+    trained = runner.invoke(app, ["router", "train", *data, "--tiers", TIERS, "--out", str(out)])
+    assert trained.exit_code == 0, trained.output
+    assert json.loads((out / "report.json").read_text())["data"][0]["files"] == {
+        "labels.jsonl": 260
+    }
+    assert "file `labels.jsonl`: 260 rows" in (out / "MODEL_CARD.md").read_text()
+    twice = ["--data", str(data_file), "--data", str(data_file)]
+    again = runner.invoke(app, ["router", "evaluate", "--model", str(model_dir), *twice, "--json"])
+    assert json.loads(again.stdout)["data"]["files"] == {"labels.jsonl": 1200}
