@@ -259,3 +259,22 @@ def test_azure_refuses_a_negative_length(tmp_path: Path, cells: str) -> None:
     )
     with pytest.raises(ValueError, match=r"a.csv: azure line 3: \w+Tokens is not a token count"):
         read_trace(trace)
+
+
+def test_regime_json_has_no_bare_infinity(tmp_path: Path) -> None:
+    """A service time near the float limit overflowed the mean concurrency, printed as a
+    bare Infinity: not JSON (jq and JavaScript refuse it). It is null, as the router's are."""
+    trace = tmp_path / "a.csv"
+    trace.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:17:03.9799600,4808,10000\n"
+        "2023-11-16 18:17:04.0319600,3180,10000\n"
+    )
+    result = runner.invoke(app, ["regime", "--trace", str(trace), "--tpot-ms", "1e308", "--json"])
+    assert result.exit_code == 0, result.output
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"{constant} is not JSON")
+
+    doc = json.loads(result.stdout, parse_constant=refuse)
+    assert doc["concurrency"]["mean"] is None and doc["requests"] == 2
