@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 
+from gateway.cli.json_out import one_line
+
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
@@ -572,7 +574,7 @@ def plan(
         _write_and_report(write, tiers, settings)
     if json_out:
         out = {"hardware": settings.hardware.name, "model": settings.model.name, "tiers": tiers}
-        typer.echo(json.dumps(out))
+        typer.echo(one_line(out))
     else:
         _print_plans(settings, tiers)
 
@@ -600,7 +602,7 @@ def breakeven(
     except (KeyError, ValueError, OSError, ArithmeticError) as exc:
         raise _fail(str(exc)) from exc
     if json_out:
-        typer.echo(json.dumps(table))
+        typer.echo(one_line(table))
         return
     from rich.console import Console
     from rich.table import Table

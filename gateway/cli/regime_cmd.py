@@ -7,6 +7,8 @@ from typing import Annotated, Any, cast
 
 import typer
 
+from gateway.cli.json_out import one_line
+
 __all__ = ["compute_trace_regime", "default_capacity_blocks", "register"]
 
 
@@ -67,14 +69,6 @@ def compute_trace_regime(
     if capacity_blocks is None and capacity_tokens is None and capacity is not None:
         out["rho"]["capacity_from"] = f"{hardware} {precision} KV capacity after weights"
     return out
-
-
-def _strict_json(doc: dict[str, Any]) -> str:
-    """One line of JSON; a figure that overflowed (a mean over a span near the float limit)
-    is null: json.dumps would write a bare Infinity, which strict parsers (jq) refuse."""
-    import orjson
-
-    return orjson.dumps(doc, option=orjson.OPT_NON_STR_KEYS).decode()
 
 
 def _print_table(doc: dict[str, Any]) -> None:
@@ -146,6 +140,6 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from exc
         if json_out:
-            typer.echo(_strict_json(doc))
+            typer.echo(one_line(doc))
         else:
             _print_table(doc)

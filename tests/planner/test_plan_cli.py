@@ -400,6 +400,34 @@ def test_params_that_are_not_utf8_are_named(tmp_path: Path) -> None:
         assert "params.yaml: not UTF-8 text" in line
 
 
+@pytest.mark.parametrize(
+    ("yaml_text", "command"),
+    [
+        ("cost: {gamma_over_c_pre: 1e308}", ["plan", "--regime", REGIME]),
+        (
+            "hardware: {name: x, hbm_bytes: 1e308, bandwidth: 1e-300, bf16_flops: 1e308, "
+            "compute_capability: 100}",
+            ["plan", "breakeven"],
+        ),
+    ],
+)
+def test_json_has_no_bare_nan_or_infinity(
+    tmp_path: Path, yaml_text: str, command: list[str]
+) -> None:
+    """rho* past any prefix share printed "rho_star": Infinity, a 0/0 precision ratio NaN:
+    not JSON (jq refuses it). They are null."""
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml_text)
+    result = runner.invoke(app, [*command, "--params", str(params), "--json"])
+    assert result.exit_code == 0, result.output
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"{constant} is not JSON")
+
+    json.loads(result.stdout, parse_constant=refuse)
+    assert "null" in result.stdout
+
+
 def test_breakeven_refuses_negative_digits() -> None:
     """--digits -3 rounded every figure to 0.0 and exited 0."""
     result = runner.invoke(app, ["plan", "breakeven", "--digits", "-3"])
