@@ -278,10 +278,19 @@ def serve(
 
 async def _serve(app: object, host: str, port: int) -> None:
     import uvicorn
+    from uvicorn.config import STARTUP_FAILURE
 
     from gateway.launcher import gateway_config
 
-    await uvicorn.Server(gateway_config(app, host, port)).serve()
+    try:
+        await uvicorn.Server(gateway_config(app, host, port)).serve()
+    except SystemExit as stop:
+        if stop.code != STARTUP_FAILURE:
+            raise
+        # uvicorn has logged why (the address is taken or not ours); its exit code 3 is none
+        # of ours, and `serve --workers N` says the same with exit 1.
+        typer.echo(f"tiergate: cannot listen on {host}:{port} (see the error above)", err=True)
+        raise typer.Exit(1) from None
 
 
 def sim(
