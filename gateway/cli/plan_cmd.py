@@ -304,8 +304,9 @@ def _trace_regime(
         concurrency=float(c),
         rho=float(rho or 0.0),
         r=float(r or 0.0),
-        l_in=lengths.get("l_in") if doc["format"] != "chat" else None,
-        l_out=lengths.get("l_out") if doc["format"] != "chat" else None,
+        # A mean length of 0 (a trace of empty prompts) measures nothing: the model's own.
+        l_in=(lengths.get("l_in") or None) if doc["format"] != "chat" else None,
+        l_out=(lengths.get("l_out") or None) if doc["format"] != "chat" else None,
         rho_known=rho is not None,
         r_known=r is not None,
     )

@@ -701,3 +701,19 @@ def test_plan_from_gateway_skips_a_tier_with_a_vanishing_c_as_live(admin_server:
     assert result.exit_code == 0, result.output
     assert list(json.loads(result.stdout)["tiers"]) == ["busy"]
     assert "tier quiet: no traffic in the window; skipped" in result.stderr
+
+
+def test_a_trace_of_empty_prompts_plans_on_the_models_lengths(tmp_path: Path) -> None:
+    """Mean lengths of 0 measure nothing: `plan --trace` stopped on "L_in must be a length
+    > 0", naming neither the trace nor an option."""
+    trace = tmp_path / "mooncake.jsonl"
+    rows = [
+        {"timestamp": 100 * i, "input_length": 0, "output_length": 0, "hash_ids": []}
+        for i in range(4)
+    ]
+    trace.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    doc = _json(["plan", "--trace", str(trace), "--concurrency", "8", "--json"])
+    tier = doc["tiers"]["default"]
+    assert tier["regime"]["concurrency"] == 8
+    assert tier["regime"]["l_in"] is None and tier["regime"]["l_out"] is None  # the model's
+    assert tier["vllm_args"]
