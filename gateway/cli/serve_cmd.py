@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import importlib.util
+import math
 import os
 import signal
 import sys
@@ -120,6 +121,12 @@ def up_options(
     return apply
 
 
+def _positive_finite(value: float) -> float:
+    if not math.isfinite(value) or value <= 0:
+        raise typer.BadParameter("must be a finite number above 0")
+    return value
+
+
 def up(
     *,
     port: Annotated[
@@ -127,7 +134,9 @@ def up(
         typer.Option(min=0, max=65535, help="Gateway port (default: the config's, else 8000)."),
     ] = None,
     config: ConfigOption = None,
-    sim_time_scale: Annotated[float, typer.Option(help="Simulator clock multiplier.")] = 1.0,
+    sim_time_scale: Annotated[
+        float, typer.Option(help="Simulator clock multiplier.", callback=_positive_finite)
+    ] = 1.0,
     sim_base_port: Annotated[
         int,
         typer.Option(
@@ -305,16 +314,19 @@ def sim(
         str, typer.Option(help="Cost-model hardware preset: h200 or b200.")
     ] = "h200",
     model_preset: Annotated[str, typer.Option(help="Cost-model model preset.")] = "qwen3-30b-a3b",
-    time_scale: Annotated[float, typer.Option(help="Multiplies every simulated duration.")] = 1.0,
+    time_scale: Annotated[
+        float,
+        typer.Option(help="Multiplies every simulated duration.", callback=_positive_finite),
+    ] = 1.0,
     spec_decode: Annotated[
         bool, typer.Option("--spec-decode", help="n-gram speculative decoding.")
     ] = False,
-    num_speculative_tokens: Annotated[int, typer.Option()] = 4,
+    num_speculative_tokens: Annotated[int, typer.Option(min=1)] = 4,
     prefix_caching: Annotated[bool, typer.Option("--prefix-caching/--no-prefix-caching")] = False,
     max_num_seqs: Annotated[
-        int | None, typer.Option(help="Batch cap (default: the knee K(p)).")
+        int | None, typer.Option(min=1, help="Batch cap (default: the knee K(p)).")
     ] = None,
-    max_model_len: Annotated[int, typer.Option()] = 32_768,
+    max_model_len: Annotated[int, typer.Option(min=1)] = 32_768,
     error_rate: Annotated[float, typer.Option(help="Share of requests answered HTTP 500.")] = 0.0,
     added_latency_ms: Annotated[float, typer.Option(help="Delay before each response.")] = 0.0,
     drop_mid_stream: Annotated[float, typer.Option(help="Share of streams cut short.")] = 0.0,

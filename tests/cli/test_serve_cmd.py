@@ -34,3 +34,25 @@ def test_other_exits_of_uvicorn_pass_through(monkeypatch: pytest.MonkeyPatch) ->
     with pytest.raises(SystemExit) as stopped:
         run_event_loop(_serve(object(), "127.0.0.1", 30999))
     assert stopped.value.code == 0
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        ["sim", "--time-scale", "nan"],
+        ["sim", "--time-scale", "-1"],
+        ["sim", "--max-num-seqs", "0"],
+        ["sim", "--num-speculative-tokens", "-1"],
+        ["sim", "--max-model-len", "0"],
+        ["up", "--sim-time-scale", "0"],
+    ],
+)
+def test_a_simulator_option_out_of_range_is_a_usage_error(option: list[str]) -> None:
+    """These started a simulator anyway, which served as if the value were not there (or,
+    at --max-model-len 0, refused every request)."""
+    from typer.testing import CliRunner
+
+    from gateway.cli.main import app
+
+    result = CliRunner().invoke(app, option)
+    assert result.exit_code == 2 and "Invalid value" in result.output
