@@ -81,6 +81,8 @@ def parse_regime(text: str) -> Regime:
         name = _REGIME_KEYS.get(key.strip().lower())
         if not sep or name is None:
             raise ValueError(f"bad regime item {part!r}; expected C=..,rho=..,r=..")
+        if name in values:  # the last would win silently: C=32,...,C=64 is a typo to show
+            raise ValueError(f"regime item {key.strip()!r} is given twice")
         values[name] = float(raw)
     missing = {"concurrency", "rho", "r"} - values.keys()
     if missing:

@@ -135,6 +135,7 @@ REGIME = "C=32,rho=0.85,r=0.6"
         (["plan", "--regime", REGIME, "--write", "{file}/sub"], "--write"),
         (["plan", "breakeven", "--concurrency", "0"], "concurrency must be positive"),
         (["plan", "--regime", REGIME + ",L_out=0"], "L_out must be a length > 0"),
+        (["plan", "--regime", REGIME + ",c=64"], "regime item 'c' is given twice"),
         (["regime", "--trace", "{trace}", "--prefill-tps", "0"], "prefill tokens/s"),
     ],
 )
