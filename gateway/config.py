@@ -443,7 +443,11 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             if key_node.tag == "tag:yaml.org,2002:merge":
                 continue  # `<<: *defaults` then overriding one of its keys is the idiom
             key = self.construct_object(key_node, deep=True)
-            if isinstance(key, str | int | float | bool) and key in seen:
+            # Only scalars: a list or mapping key is unhashable, and PyYAML refuses it below
+            # as a YAMLError (adding it to `seen` raised a TypeError no caller expects).
+            if not isinstance(key, str | int | float | bool):
+                continue
+            if key in seen:
                 raise yaml.constructor.ConstructorError(
                     "while reading a mapping",
                     node.start_mark,

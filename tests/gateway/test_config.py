@@ -243,6 +243,16 @@ def test_a_key_written_twice_in_one_mapping_is_refused_with_its_line(tmp_path: P
         load_settings(path)
 
 
+@pytest.mark.parametrize("key", ["[a, b]: 1\n", "? {a: 1}\n: 2\n"])
+def test_a_list_or_mapping_key_is_a_config_error(tmp_path: Path, key: str) -> None:
+    # The duplicate-key check put every key in a set: one no set holds raised a TypeError,
+    # which `check` printed as a traceback and POST /admin/reload answered with a 500.
+    path = tmp_path / "tiergate.yaml"
+    path.write_text(VALID + key)
+    with pytest.raises(ConfigError, match="unhashable key"):
+        load_settings(path)
+
+
 def test_a_merged_key_may_be_overridden(tmp_path: Path) -> None:
     # `<<: *anchor` and then one of its keys again is the merge idiom, not a duplicate.
     path = tmp_path / "tiergate.yaml"
