@@ -23,7 +23,7 @@ class LastValidConfig:
         self.source = source
         self.copy = copy
         self._validate = validate
-        self._seen: tuple[float, int] | None = None
+        self._seen: tuple[int, int, int] | None = None
         self.refresh()
 
     def refresh(self) -> bool:
@@ -33,7 +33,9 @@ class LastValidConfig:
             stat = self.source.stat()
         except OSError:
             return False
-        seen = (stat.st_mtime, stat.st_size)
+        # As the workers' own watch tells a change (Gateway._watch_config): a file replaced
+        # by one of the same mtime and size (`cp -p` then `mv`) has another inode.
+        seen = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
         if seen == self._seen:
             return False
         self._seen = seen

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -157,3 +158,18 @@ def test_the_copy_is_the_file_that_was_validated(tmp_path: Path) -> None:
     pending_write.append(complete)
     kept.refresh()
     assert kept.copy.read_text() == complete  # never the half
+
+
+def test_a_file_replaced_by_one_of_the_same_mtime_and_size_is_seen(tmp_path: Path) -> None:
+    # `cp -p new.yaml tiergate.yaml.tmp && mv ...`: the workers reloaded it (their watch
+    # compares the inode too), while the copy a replacement worker starts from stayed old.
+    source = tmp_path / "c.yaml"
+    source.write_text("a: 1\n")
+    kept = LastValidConfig(source, tmp_path / "copy.yaml", lambda _path: None)
+    replacement = tmp_path / "new.yaml"
+    replacement.write_text("a: 2\n")
+    status = source.stat()
+    os.utime(replacement, ns=(status.st_atime_ns, status.st_mtime_ns))
+    os.replace(replacement, source)
+    assert kept.refresh()
+    assert kept.copy.read_text() == "a: 2\n"
