@@ -221,7 +221,7 @@ class Gateway:
         self.metrics.tenant_top_tier = {
             name: tenant.top_tier for name, tenant in runtime.tenants.tenants.items()
         }
-        replaced = {tier.name: tier for tier in old.tiers} if old is not None else {}
+        replaced = _replaced_tiers(old.tiers, runtime.tiers) if old is not None else {}
         for tier in runtime.tiers:
             tier.adopt_endpoints()
             if tier.name in replaced:
@@ -472,6 +472,27 @@ def _redis_client(settings: Settings, environ: Mapping[str, str]) -> Any:
 
     # Short timeouts: a slow Redis must cost a request little before the local fallback.
     return redis.asyncio.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
+
+
+def _replaced_tiers(old: list[TierBackend], new: list[TierBackend]) -> dict[str, TierBackend]:
+    """Which running tier each new one replaces: the one of its name, or a renamed one whose
+    endpoints it kept (build_tiers). Read before the new tiers adopt those endpoints: the
+    requests queued on a renamed tier are woken by its endpoints' freed slots, which from
+    then on go to the new tier, so it must take their queue."""
+    replaced = {tier.name: tier for tier in old}
+    names = {tier.name for tier in new}
+    renamed: dict[str, TierBackend] = {}
+    taken: set[str] = set()
+    for tier in new:
+        if tier.name in replaced:
+            continue
+        for state in tier.endpoints:
+            owner = state.owner
+            if owner is not None and owner.name not in names and owner.name not in taken:
+                taken.add(owner.name)
+                renamed[tier.name] = owner
+                break
+    return replaced | renamed
 
 
 def _file_stamp(path: Path | None) -> tuple[int, int, int] | None:

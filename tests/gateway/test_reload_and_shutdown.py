@@ -307,6 +307,33 @@ def test_a_renamed_tier_keeps_its_engines_in_flight_count() -> None:
     assert kept.owner is app.runtime.tiers[0]
 
 
+def test_a_request_queued_on_a_renamed_tier_gets_the_slot_its_engine_frees() -> None:
+    """The renamed tier's kept endpoint hands its freed slots to the new tier: the requests
+    queued on the old one were never woken, and waited out queue_timeout_s for a 429."""
+    import asyncio
+
+    from gateway.app import build_app
+
+    def settings(name: str) -> Any:
+        data = unreachable_tiers(10).model_dump(mode="json")
+        data["tiers"][0]["name"] = name
+        data["tiers"][0]["max_inflight_per_endpoint"] = 1
+        return parse_settings(data)
+
+    async def main() -> None:
+        app = build_app(settings("cheap"), environ={})
+        endpoint = app.runtime.tiers[0].endpoints[0]
+        endpoint.inflight = 1
+        waiting = asyncio.ensure_future(app.runtime.tiers[0].wait_for_slot(5.0))
+        await asyncio.sleep(0.01)
+        app.reload(settings("renamed"))
+        endpoint.inflight = 0  # the request the engine was running ends
+        endpoint.slot_freed()
+        assert await asyncio.wait_for(waiting, 1.0) is endpoint
+
+    asyncio.run(main())
+
+
 def test_a_reload_keeps_what_up_options_changed(tmp_path: Path) -> None:
     """`tiergate up --config FILE` prints an admin token it made up (the file has none) and
     applies --shadow-rate: a reload of the file keeps both. It used to drop them, so the
