@@ -588,6 +588,8 @@ def check_settings(
     env = dict(os.environ) if environ is None else environ
     TenantRegistry(settings, env)
     build_tiers(settings, environ=env)  # the tiers' keys and TLS files
+    # Both refuse a token of whitespace alone, as the gateway's start and reload do.
+    resolve_secret(settings.admin.token, settings.admin.token_env, env)
     resolve_metrics_token(settings.metrics, env)
     policy_factory(settings)
     _redis_client(settings, env)

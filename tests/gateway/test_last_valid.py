@@ -173,3 +173,17 @@ def test_a_file_replaced_by_one_of_the_same_mtime_and_size_is_seen(tmp_path: Pat
     os.replace(replacement, source)
     assert kept.refresh()
     assert kept.copy.read_text() == "a: 2\n"
+
+
+@pytest.mark.parametrize(
+    ("admin", "environ"),
+    [({"token": "   "}, {}), ({"token_env": "ADMIN_TOKEN"}, {"ADMIN_TOKEN": " \n"})],
+)
+def test_check_settings_refuses_an_admin_token_of_whitespace(
+    admin: dict[str, str], environ: dict[str, str]
+) -> None:
+    # The gateway refuses it at start and on reload: `check` called such a file valid,
+    # `serve --workers` started workers that each failed, and the supervisor kept the file
+    # as the last valid copy a replacement worker starts from.
+    with pytest.raises(ConfigError, match="only whitespace"):
+        check_settings(_settings(9, admin=admin), build_policy, environ)
