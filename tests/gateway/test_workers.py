@@ -276,13 +276,19 @@ def test_a_config_pydantic_accepts_but_cannot_serve_fails_in_one_line(
 
 
 def write_unseen_by_the_file_watch(path: Path, data: dict[str, object]) -> None:
-    """Rewrites `path` keeping its mtime: as a change beside the config file (a retrained
-    router model) would, only an explicit reload applies it."""
+    """Rewrites `path` in place keeping its mtime, size and inode (the watch's stamp): as a
+    change beside the config file (a retrained router model) would, only an explicit reload
+    applies it. The new text, shorter, is padded with a comment to the old size."""
     import yaml
 
     before = path.stat()
-    path.write_text(yaml.safe_dump(data))
+    text = yaml.safe_dump(data)
+    padding = before.st_size - len(text.encode()) - 2
+    assert padding >= 0, "the new configuration must be shorter than the old one"
+    path.write_text(text + "#" + "x" * padding + "\n")
     os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = path.stat()
+    assert (after.st_size, after.st_ino) == (before.st_size, before.st_ino)
 
 
 def every_worker_accepts(url: str, key: str) -> bool:
@@ -323,7 +329,7 @@ def test_sighup_reloads_every_worker_and_a_second_supervisor_is_refused(
         assert second.returncode == 1 and "already listens" in second.stderr
         data = ladder.settings().model_dump(mode="json")
         data["tenants"] = [{"name": "default", "api_keys": ["sk-hup"]}]
-        # Kept mtime: the workers' file watch would otherwise reload them without the signal.
+        # Kept stamp: the workers' file watch would otherwise reload them without the signal.
         write_unseen_by_the_file_watch(path, data)
         assert gw.process is not None
         gw.process.send_signal(signal.SIGHUP)
