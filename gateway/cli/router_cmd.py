@@ -55,8 +55,19 @@ CostsOpt = Annotated[
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+
+
+def _png_path(path: Path | None) -> Path | None:
+    # matplotlib appends ".png" to a name without one: `--plot out` wrote out.png, and a
+    # directory's name gave a PNG beside it, with exit 0 either way.
+    if path is not None and (path.suffix.lower() != ".png" or path.is_dir()):
+        raise typer.BadParameter("must name a .png file")
+    return path
+
+
 PlotOpt = Annotated[
-    Path | None, typer.Option("--plot", help="Write a PNG of the cost-quality frontiers.")
+    Path | None,
+    typer.Option("--plot", help="Write a PNG of the cost-quality frontiers.", callback=_png_path),
 ]
 AlphaOpt = Annotated[
     float,

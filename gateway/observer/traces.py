@@ -88,7 +88,10 @@ class Trace:
 
 
 def _finite(row: dict[str, Any], key: str) -> float:
-    # json.loads reads Infinity and NaN; neither is a time or a length.
+    # json.loads reads Infinity and NaN; neither is a time or a length. Nor is a boolean,
+    # which float() would read as 0 or 1.
+    if isinstance(row[key], bool):
+        raise ValueError(f"{key} is not a number: {row[key]!r}")
     value = float(row[key])
     if not math.isfinite(value):
         raise ValueError(f"{key} is not a finite number: {row[key]!r}")

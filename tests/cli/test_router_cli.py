@@ -123,6 +123,19 @@ def test_undefined_figures_are_null_in_json(tmp_path: Path) -> None:
     assert strict_json(result.stdout)["pretest"]["measured_saving"] is None
 
 
+@pytest.mark.parametrize("name", ["frontiers", "a-folder", "plot.svg"])
+def test_a_plot_path_that_is_no_png_file_is_a_usage_error(
+    model_dir: Path, data_file: Path, tmp_path: Path, name: str
+) -> None:
+    """matplotlib appended .png to a name without it (or beside a folder's name), exit 0."""
+    (tmp_path / "a-folder.png").mkdir()
+    target = tmp_path / ("a-folder.png" if name == "a-folder" else name)
+    args = ["router", "tune", "--model", str(model_dir), "--data", str(data_file)]
+    result = runner.invoke(app, [*args, "--alpha", "0.97", "--plot", str(target)])
+    assert result.exit_code == 2 and "must name a .png file" in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-folder.png"]
+
+
 def test_tune_json_and_plot(model_dir: Path, data_file: Path, tmp_path: Path) -> None:
     plot = tmp_path / "t.png"
     result = runner.invoke(

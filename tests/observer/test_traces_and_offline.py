@@ -191,6 +191,10 @@ def test_a_malformed_or_empty_trace_names_the_file(tmp_path: Path) -> None:
             '"timestamp": 5, "input_length": -3, "output_length": 10',
             "input_length is not a token count",
         ),
+        (  # float(True) is 1: a boolean passed for one token
+            '"timestamp": 5, "input_length": true, "output_length": 10',
+            "input_length is not a number",
+        ),
         (
             '"timestamp": 5, "input_length": 3, "output_length": 1, "hash_ids": [Infinity]',
             "cannot convert float infinity",
