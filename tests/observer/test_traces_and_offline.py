@@ -282,3 +282,18 @@ def test_regime_json_has_no_bare_infinity(tmp_path: Path) -> None:
 
     doc = json.loads(result.stdout, parse_constant=refuse)
     assert doc["concurrency"]["mean"] is None and doc["requests"] == 2
+
+
+def test_regime_json_writes_an_integer_past_64_bits(tmp_path: Path) -> None:
+    """--capacity-blocks has no upper bound and is echoed back; the strict writer (orjson)
+    refused an integer past 64 bits with a TypeError traceback, where json.dumps wrote it."""
+    trace = tmp_path / "m.jsonl"
+    trace.write_text(
+        '{"timestamp": 0, "input_length": 600, "output_length": 10, "hash_ids": [1, 2]}\n'
+        '{"timestamp": 1000, "input_length": 1000, "output_length": 10, "hash_ids": [1, 2]}\n'
+    )
+    blocks = 10**23
+    args = ["regime", "--trace", str(trace), "--capacity-blocks", str(blocks), "--json"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["rho"]["capacity_blocks"] == blocks
