@@ -198,6 +198,13 @@ def _conversation(row: Any, index: int) -> Conversation | None:
     return Conversation(str(row.get("id", index)), _turns(items))
 
 
+def _json_lines(text: str) -> list[str]:
+    """JSONL rows, split at newlines only: str.splitlines also splits at U+2028 and U+0085,
+    which JSON allows raw inside a string (json.dumps(ensure_ascii=False) writes them), so
+    a valid row broke in two and the rows after it got a wrong number."""
+    return text.split("\n")
+
+
 def parse_chat(text: str) -> list[Conversation]:
     """ShareGPT JSON (a list) or JSONL rows with `messages` or `conversations`."""
     stripped = text.lstrip()
@@ -206,7 +213,7 @@ def parse_chat(text: str) -> list[Conversation]:
         rows = json.loads(stripped)
     else:
         rows = []
-        for number, line in enumerate(text.splitlines(), 1):
+        for number, line in enumerate(_json_lines(text), 1):
             if not line.strip():
                 continue
             try:
@@ -244,7 +251,7 @@ def read_trace(path: Path, fmt: TraceFormat | None = None) -> Trace:
     kind = fmt or detect_format(path, text[:4096])
     try:
         if kind == "mooncake":
-            trace = Trace("mooncake", requests=tuple(parse_mooncake(text.splitlines())))
+            trace = Trace("mooncake", requests=tuple(parse_mooncake(_json_lines(text))))
         elif kind == "azure":
             trace = Trace("azure", requests=tuple(parse_azure_csv(text.splitlines())))
         else:

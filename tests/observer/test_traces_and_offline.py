@@ -297,3 +297,22 @@ def test_regime_json_writes_an_integer_past_64_bits(tmp_path: Path) -> None:
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["rho"]["capacity_blocks"] == blocks
+
+
+@pytest.mark.parametrize("separator", ["\u2028", "\u0085"])
+def test_a_jsonl_row_with_a_line_separator_in_a_string_is_one_row(
+    tmp_path: Path, separator: str
+) -> None:
+    """JSON allows these raw inside a string; str.splitlines split the row there, so a valid
+    chat log (or a Mooncake row with a text field) was refused as 'Unterminated string'."""
+    chat = tmp_path / "chat.jsonl"
+    turn = {"role": "user", "content": f"first{separator}second"}
+    chat.write_text(
+        json.dumps({"messages": [turn]}, ensure_ascii=False) + "\n{oops\n", encoding="utf-8"
+    )
+    with pytest.raises(ValueError, match="chat line 2:"):  # the first row read whole
+        read_trace(chat, "chat")
+    moon = tmp_path / "m.jsonl"
+    row = {"timestamp": 0, "input_length": 3, "output_length": 1, "hash_ids": [0], "x": separator}
+    moon.write_text(json.dumps(row, ensure_ascii=False) + "\n", encoding="utf-8")
+    assert len(read_trace(moon, "mooncake").requests) == 1
