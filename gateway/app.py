@@ -15,7 +15,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -222,11 +222,15 @@ class Gateway:
             name: tenant.top_tier for name, tenant in runtime.tenants.tenants.items()
         }
         replaced = _replaced_tiers(old.tiers, runtime.tiers) if old is not None else {}
+        taken: list[TierBackend] = []
         for tier in runtime.tiers:
             tier.adopt_endpoints()
             if tier.name in replaced:
+                taken.append(replaced[tier.name])
                 tier.take_queue(replaced[tier.name])
                 tier.hand_out_free_slots()
+        if old is not None:
+            _merge_unreplaced_queues(old.tiers, taken)
         self.runtime = runtime
         self.health.interval_s = runtime.settings.resilience.health_interval_s
         self.observer.configure(runtime.settings)
@@ -493,6 +497,21 @@ def _replaced_tiers(old: list[TierBackend], new: list[TierBackend]) -> dict[str,
                 renamed[tier.name] = owner
                 break
     return replaced | renamed
+
+
+def _merge_unreplaced_queues(old: list[TierBackend], replaced: Iterable[TierBackend]) -> None:
+    """An old tier that no new one replaced, but whose endpoints a new tier kept (two tiers
+    merged into one, renamed or not): those endpoints' freed slots now wake the new tier's
+    queue, so the requests queued on the old one join it; they waited out queue_timeout_s.
+    Called after the new tiers adopted their endpoints."""
+    taken = {id(tier) for tier in replaced}
+    for tier in old:
+        if id(tier) in taken:
+            continue
+        heir = next((s.owner for s in tier.endpoints if s.owner not in (None, tier)), None)
+        if heir is not None:
+            heir.join_queue(tier)
+            heir.hand_out_free_slots()
 
 
 def _file_stamp(path: Path | None) -> tuple[int, int, int] | None:

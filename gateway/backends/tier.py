@@ -194,6 +194,13 @@ class TierBackend:
         self._waiters = replaced._waiters
         replaced.successor = self
 
+    def join_queue(self, merged: TierBackend) -> None:
+        """Requests queued on a tier merged into this one (a reload) queue behind this one's
+        own: the slots their endpoints free wake this tier's queue now."""
+        self._waiters.extend(merged._waiters)
+        merged._waiters = self._waiters
+        merged.successor = self
+
     def slot_freed(self) -> None:
         """A request on this tier finished: hand its slot to the first waiter, if any."""
         if self.successor is not None:

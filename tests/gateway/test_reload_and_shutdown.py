@@ -334,6 +334,44 @@ def test_a_request_queued_on_a_renamed_tier_gets_the_slot_its_engine_frees() -> 
     asyncio.run(main())
 
 
+def test_requests_queued_on_two_merged_tiers_get_their_engines_freed_slots() -> None:
+    """Tiers x and y become one tier z with both engines: z took x's queue, and y's engine's
+    freed slots went to z too, so the requests queued on y were never woken and waited out
+    queue_timeout_s for a 429 while both engines had room."""
+    import asyncio
+
+    from gateway.app import build_app
+
+    def settings(merged: bool) -> Any:
+        data = unreachable_tiers(10).model_dump(mode="json")
+        x, y = data["tiers"]
+        top = {**y, "name": "top", "endpoints": ["http://127.0.0.1:11/v1"]}
+        for tier in (x, y):
+            tier["precision"], tier["max_inflight_per_endpoint"] = "nvfp4", 1
+        x["name"], y["name"] = "x", "y"
+        if merged:
+            x["name"], x["endpoints"] = "z", x["endpoints"] + y["endpoints"]
+        data["tiers"] = [x, top] if merged else [x, y, top]
+        return parse_settings(data)
+
+    async def main() -> None:
+        app = build_app(settings(merged=False), environ={})
+        x, y, _ = app.runtime.tiers
+        engines = [x.endpoints[0], y.endpoints[0]]
+        for engine in engines:
+            engine.inflight = 1
+        waiting = [asyncio.ensure_future(tier.wait_for_slot(5.0)) for tier in (x, y)]
+        await asyncio.sleep(0.01)
+        app.reload(settings(merged=True))
+        for engine in engines:  # the requests the engines were running end
+            engine.inflight = 0
+            engine.slot_freed()
+        got = await asyncio.wait_for(asyncio.gather(*waiting), 1.0)
+        assert {id(state) for state in got} == {id(engine) for engine in engines}
+
+    asyncio.run(main())
+
+
 def test_a_reload_keeps_what_up_options_changed(tmp_path: Path) -> None:
     """`tiergate up --config FILE` prints an admin token it made up (the file has none) and
     applies --shadow-rate: a reload of the file keeps both. It used to drop them, so the
