@@ -229,6 +229,8 @@ def up(
             )
             freeze_startup_heap()
             run_event_loop(_serve(app, host, settings.server.port))
+    except typer.Exit:  # a RuntimeError too (click's Exit), and _serve has said why
+        raise
     except RuntimeError as exc:
         typer.echo(f"tiergate: {exc}", err=True)
         raise typer.Exit(1) from None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import typer
 import uvicorn
@@ -56,3 +58,31 @@ def test_a_simulator_option_out_of_range_is_a_usage_error(option: list[str]) -> 
 
     result = CliRunner().invoke(app, option)
     assert result.exit_code == 2 and "Invalid value" in result.output
+
+
+def test_up_that_cannot_listen_says_so_once(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`up` reported the failed bind, then its handler of a simulator's RuntimeError caught
+    the typer.Exit (click's Exit is a RuntimeError) and printed 'tiergate: 1' after it."""
+    from typer.testing import CliRunner
+
+    import gateway.launcher
+    from gateway.cli.main import app
+
+    async def bind_fails(self: uvicorn.Server) -> None:
+        raise SystemExit(3)
+
+    monkeypatch.setattr(uvicorn.Server, "serve", bind_fails)
+    monkeypatch.setattr(gateway.launcher, "exit_on_sigterm", lambda: None)
+    monkeypatch.setattr(gateway.launcher, "freeze_startup_heap", lambda: None)
+    config = tmp_path / "c.yaml"
+    config.write_text(  # tiers elsewhere: no simulator to start
+        "model: m\nserver: {host: 127.0.0.1, port: 32150}\ntiers:\n"
+        "  - {name: a, precision: nvfp4, endpoints: ['http://192.0.2.1:9/v1']}\n"
+        "  - {name: b, precision: bf16, endpoints: ['http://192.0.2.1:10/v1']}\n"
+        "tenants: [{name: t, api_keys: ['sk-test-1234567890']}]\n"
+    )
+    result = CliRunner().invoke(app, ["up", "--config", str(config)])
+    assert result.exit_code == 1
+    assert result.output.rstrip().endswith("cannot listen on 127.0.0.1:32150 (see the error above)")
