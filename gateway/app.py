@@ -45,6 +45,7 @@ from gateway.config import (
     resolve_secret,
 )
 from gateway.errors import InvalidRequestError, MethodNotAllowedError, NotFoundError
+from gateway.file_stamp import FileStamp, file_stamp
 from gateway.live.observer import LiveObserver
 from gateway.metrics import BackendCollector, GatewayMetrics, RoutingCollector, WorkerLoad
 from gateway.protocol import EndpointKind
@@ -514,17 +515,13 @@ def _merge_unreplaced_queues(old: list[TierBackend], replaced: Iterable[TierBack
             heir.hand_out_free_slots()
 
 
-def _file_stamp(path: Path | None) -> tuple[int, int, int] | None:
-    """What tells a changed file: its mtime in ns, size and inode. The mtime alone missed a
-    file replaced by one with the same mtime (`cp -p` then `mv`, builds that pin mtimes); the
-    inode sees a replacement, as a Kubernetes ConfigMap's symlink swap is."""
+def _file_stamp(path: Path | None) -> FileStamp | None:
     if path is None:
         return None
     try:
-        status = path.stat()
+        return file_stamp(path)
     except OSError:
         return None
-    return status.st_mtime_ns, status.st_size, status.st_ino
 
 
 class _HotRouteFallback:

@@ -13,6 +13,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from gateway.file_stamp import FileStamp, file_stamp
+
 log = logging.getLogger("tiergate.workers")
 
 
@@ -23,19 +25,17 @@ class LastValidConfig:
         self.source = source
         self.copy = copy
         self._validate = validate
-        self._seen: tuple[int, int, int] | None = None
+        self._seen: FileStamp | None = None
         self.refresh()
 
     def refresh(self) -> bool:
         """Re-checks the file if it changed since the last look; True when the copy was
         updated. Whatever `validate` raises about an invalid file keeps the copy as it is."""
         try:
-            stat = self.source.stat()
+            # As the workers' own watch tells a change (Gateway._watch_config).
+            seen = file_stamp(self.source)
         except OSError:
             return False
-        # As the workers' own watch tells a change (Gateway._watch_config): a file replaced
-        # by one of the same mtime and size (`cp -p` then `mv`) has another inode.
-        seen = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
         if seen == self._seen:
             return False
         self._seen = seen

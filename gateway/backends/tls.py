@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import functools
-import os
 import ssl
 from pathlib import Path
 
 from gateway.config import ConfigError, TierSettings
+from gateway.file_stamp import FileStamp, file_stamp
 
-# A file as the context cache sees it: its path, and its modification time and size, so a
-# rewritten file is read again.
-FileState = tuple[str, int, int] | None
+# A file as the context cache sees it: its path and stamp, so a rewritten or replaced file
+# is read again.
+FileState = tuple[str, FileStamp] | None
 
 
 def tier_tls_context(tier: TierSettings) -> ssl.SSLContext | None:
@@ -34,8 +34,7 @@ def tier_tls_context(tier: TierSettings) -> ssl.SSLContext | None:
 def _state(path: Path | None) -> FileState:
     if path is None:
         return None
-    stat = os.stat(path)
-    return str(path), stat.st_mtime_ns, stat.st_size
+    return str(path), file_stamp(path)
 
 
 @functools.lru_cache(maxsize=32)

@@ -254,3 +254,31 @@ def test_client_certificate_settings_are_checked(pki: dict[str, Path]) -> None:
     )  # the server's key, not the client certificate's
     with pytest.raises(ConfigError, match="TLS file cannot be used"):
         tier_tls_context(mismatched)
+
+
+def test_a_ca_file_replaced_by_one_of_the_same_mtime_and_size_is_read_again(
+    tmp_path: Path, pki: dict[str, Path]
+) -> None:
+    """`cp -p new.pem ca.pem.tmp && mv ca.pem.tmp ca.pem` keeps the mtime; two CAs of one
+    key type have PEMs of one size. The context cache keyed on (path, mtime, size) kept
+    trusting the old CA."""
+    import os
+    import shutil
+
+    ca_file = tmp_path / "ca.pem"
+    shutil.copy2(pki["ca"], ca_file)
+    staged = tmp_path / "ca.pem.tmp"
+    shutil.copy2(pki["stranger"], staged)
+    before = ca_file.stat()
+    os.utime(staged, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert staged.stat().st_size == before.st_size  # trustme's CAs: one size
+    settings = TierSettings(
+        name="nvfp4",
+        precision="nvfp4",
+        endpoints=["https://127.0.0.1:9/v1"],
+        tls_ca_file=str(ca_file),
+    )
+    first = tier_tls_context(settings)
+    os.replace(staged, ca_file)
+    second = tier_tls_context(settings)
+    assert first is not None and second is not None and second is not first
