@@ -411,10 +411,13 @@ def test_the_retry_on_a_fresh_connection_gets_only_the_time_left() -> None:
     asyncio.run(with_server(handler, body))
 
 
-def test_a_switch_of_protocols_is_a_protocol_error_not_a_stale_connection() -> None:
-    """A 101 to a request that asked for no upgrade: httptools stops with its own exception,
-    which must not escape to the event loop as a fatal transport error (seen as a closed
-    connection, so the request went out again on a fresh one)."""
+def answering_on_reuse(
+    second: bytes, *, close: bool
+) -> tuple[
+    Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]], Callable[[], int]
+]:
+    """A server that answers a first request with a 200 kept alive and the next one on that
+    connection with `second` (then closes, if `close`); and how many requests it read."""
     requests = 0
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -425,24 +428,34 @@ def test_a_switch_of_protocols_is_a_protocol_error_not_a_stale_connection() -> N
             except asyncio.IncompleteReadError:
                 return
             requests += 1
-            if requests == 1:
-                writer.write(ok(b"{}"))  # kept alive: the next request reuses the connection
-            else:
-                writer.write(
-                    b"HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: x\r\n\r\n"
-                )
+            writer.write(ok(b"{}") if requests == 1 else second)
             await writer.drain()
+            if requests > 1 and close:
+                writer.close()
+                return
 
-    async def body(pool: ConnectionPool) -> None:
-        response = await pool.request(request(pool), first_byte_timeout_s=2, total_timeout_s=5)
-        await response.read(1024)
-        response.release()
-        with pytest.raises(UpstreamProtocolError):
-            await pool.request(request(pool), first_byte_timeout_s=2, total_timeout_s=5)
-        await asyncio.sleep(0.05)
-        assert requests == 2
+    return handler, lambda: requests
 
-    asyncio.run(with_server(handler, body))
+
+async def refused_on_reuse(pool: ConnectionPool, requests: Callable[[], int]) -> None:
+    """A first answer kept alive, then a second request on the same connection: that one
+    is a protocol error, and it is not sent again (the server saw two requests)."""
+    response = await pool.request(request(pool), first_byte_timeout_s=2, total_timeout_s=5)
+    await response.read(1024)
+    response.release()
+    with pytest.raises(UpstreamProtocolError):
+        await pool.request(request(pool), first_byte_timeout_s=2, total_timeout_s=5)
+    await asyncio.sleep(0.05)
+    assert requests() == 2
+
+
+def test_a_switch_of_protocols_is_a_protocol_error_not_a_stale_connection() -> None:
+    """A 101 to a request that asked for no upgrade: httptools stops with its own exception,
+    which must not escape to the event loop as a fatal transport error (seen as a closed
+    connection, so the request went out again on a fresh one)."""
+    switch = b"HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: x\r\n\r\n"
+    handler, requests = answering_on_reuse(switch, close=False)
+    asyncio.run(with_server(handler, lambda pool: refused_on_reuse(pool, requests)))
 
 
 def test_a_status_below_100_is_a_protocol_error_not_an_interim_answer() -> None:
@@ -470,35 +483,8 @@ def test_a_reused_connection_that_closes_after_answering_is_not_retried(answer: 
     """Only a reused connection that closes before any byte of the answer can be a stale
     one (the server's keep-alive expiry): once the engine has started to answer, it had
     the request, and sending it again would run it twice on that engine."""
-    requests = 0
-
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        nonlocal requests
-        while True:
-            try:
-                await read_request(reader)
-            except asyncio.IncompleteReadError:
-                return
-            requests += 1
-            if requests == 1:
-                writer.write(ok(b"{}"))  # kept alive: the next request reuses the connection
-                await writer.drain()
-                continue
-            writer.write(answer)
-            await writer.drain()
-            writer.close()
-            return
-
-    async def body(pool: ConnectionPool) -> None:
-        response = await pool.request(request(pool), first_byte_timeout_s=2, total_timeout_s=5)
-        await response.read(1024)
-        response.release()
-        with pytest.raises(UpstreamProtocolError):
-            await pool.request(request(pool), first_byte_timeout_s=2, total_timeout_s=5)
-        await asyncio.sleep(0.05)
-        assert requests == 2
-
-    asyncio.run(with_server(handler, body))
+    handler, requests = answering_on_reuse(answer, close=True)
+    asyncio.run(with_server(handler, lambda pool: refused_on_reuse(pool, requests)))
 
 
 def test_trailer_fields_do_not_join_the_headers() -> None:
