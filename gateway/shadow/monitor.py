@@ -52,6 +52,16 @@ class CalibrationMonitor:
         self.min_labels = min_labels
         self._labels: dict[tuple[str, str], deque[Label]] = {}
 
+    def reconfigure(self, window: int, margin: float, min_labels: int) -> None:
+        """Follows a configuration reload: new bounds apply at once, and the labels kept are
+        the newest that fit the window (the drift metric must not keep the old margin)."""
+        self.margin = margin
+        self.min_labels = min_labels
+        if window != self.window:
+            self.window = window
+            for key, labels in self._labels.items():
+                self._labels[key] = deque(labels, maxlen=window)
+
     def add(self, tenant: str, tier: str, label: Label) -> None:
         key = (tenant, tier)
         labels = self._labels.get(key)

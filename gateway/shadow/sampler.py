@@ -152,6 +152,8 @@ class ShadowSampler:
         self.inflight = 0
         self._queue: asyncio.Queue[CompletedExchange] | None = None
         self._log: LabelLog | None = None
+        shadow = settings.shadow
+        self.monitor = CalibrationMonitor(shadow.window, shadow.drift_margin, shadow.min_labels)
         self.configure(settings, self.label_log_for(settings))
 
     def label_log_for(self, settings: Settings) -> LabelLog | None:
@@ -185,9 +187,8 @@ class ShadowSampler:
             tenant.name: frozenset(allowed_tier_indices(tenant, self.names))
             for tenant in settings.tenants
         }
-        self.monitor = getattr(self, "monitor", None) or CalibrationMonitor(
-            shadow.window, shadow.drift_margin, shadow.min_labels
-        )
+        # A reload keeps the labels and applies the new bounds (window, margin, min_labels).
+        self.monitor.reconfigure(shadow.window, shadow.drift_margin, shadow.min_labels)
         if label_log is not self._log and self._log is not None:
             self._log.close()
         if label_log is not None:  # the open log kept by a reload takes the new limits

@@ -19,3 +19,17 @@ def test_scored_labels_below_their_prediction_raise_the_drift_alarm() -> None:
     for i in range(100):  # predicted 0.8, only 50% adequate
         monitor.add("t", "nvfp4", Label(0.8, 0.1, i % 2 == 0, 0.0))
     assert monitor.summary("t", "nvfp4").drift
+
+
+def test_a_reload_applies_new_margin_min_labels_and_window_and_keeps_labels() -> None:
+    monitor = CalibrationMonitor(window=1000, margin=0.1, min_labels=5)
+    for i in range(10):
+        monitor.add("t", "nvfp4", Label(0.8, 0.1, i >= 4, 0.0))  # observed 0.6
+    assert monitor.summary("t", "nvfp4").drift
+    monitor.reconfigure(window=1000, margin=0.3, min_labels=5)
+    assert not monitor.summary("t", "nvfp4").drift  # 0.6 is not below 0.8 - 0.3
+    monitor.reconfigure(window=1000, margin=0.1, min_labels=50)
+    assert not monitor.summary("t", "nvfp4").drift  # too few labels to alarm
+    monitor.reconfigure(window=4, margin=0.1, min_labels=4)
+    summary = monitor.summary("t", "nvfp4")
+    assert (summary.n, summary.observed) == (4, 1.0)  # the newest four, all adequate

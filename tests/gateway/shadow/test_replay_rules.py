@@ -218,3 +218,14 @@ def test_a_replay_carries_the_clients_request_id_marked_as_a_replay() -> None:
     original = dataclasses.replace(exchange(0), request_id="req_0123456789ab000000000007")
     assert replay_id_header(original) == b"x-request-id: req_0123456789ab000000000007-shadow\r\n"
     assert replay_id_header(exchange(0)) == b""  # no id known: the engine makes its own
+
+
+def test_a_reload_applies_new_drift_settings_to_the_kept_monitor() -> None:
+    harness = Harness(settings(shadow={"drift_margin": 0.1, "min_labels": 5}))
+    sampler = harness.sampler
+    monitor = sampler.monitor
+    for _ in range(5):
+        sampler._record(exchange(0), 0, False, "exact")
+    sampler.configure(settings(shadow={"drift_margin": 0.3, "min_labels": 50, "window": 10}), None)
+    assert sampler.monitor is monitor and monitor.labels("default", "nvfp4")  # labels kept
+    assert (monitor.margin, monitor.min_labels, monitor.window) == (0.3, 50, 10)
