@@ -98,7 +98,10 @@ class Recalibrator:
         self.window = window
         self.min_labels = min_labels
         self.prior_weight = prior_weight
-        self._labels: dict[str, deque[ScoredLabel]] = {}
+        # The newest `window` labels per tenant and tier: a window per tenant let a busy tier
+        # push a rarely labelled one (an explored tier) out, which then never reached
+        # min_labels however many labels it had received.
+        self._labels: dict[str, dict[int, deque[ScoredLabel]]] = {}
         # Labels received per tenant, ever, and that count at its last refit: the window's
         # length stops growing once it is full, so it cannot say whether labels arrived.
         self._arrived: dict[str, int] = {}
@@ -141,8 +144,9 @@ class Recalibrator:
     ) -> None:
         if window is not None and window != self.window:
             self.window = window
-            for tenant, labels in self._labels.items():
-                self._labels[tenant] = deque(labels, maxlen=window)
+            for tiers in self._labels.values():
+                for tier, labels in tiers.items():
+                    tiers[tier] = deque(labels, maxlen=window)
             self._fitted_at.clear()
         refit_with = (
             min_labels if min_labels is not None else self.min_labels,
@@ -155,21 +159,23 @@ class Recalibrator:
     def label(self, tenant: str, tier: int, exchange: CompletedExchange, adequate: bool) -> None:
         if exchange.score is None:
             return  # pinned requests carry no router score; they still count as labels elsewhere
-        labels = self._labels.get(tenant)
+        tiers = self._labels.setdefault(tenant, {})
+        labels = tiers.get(tier)
         if labels is None:
-            labels = self._labels[tenant] = deque(maxlen=self.window)
+            labels = tiers[tier] = deque(maxlen=self.window)
         labels.append(ScoredLabel(exchange.score, tier, adequate))
         self._arrived[tenant] = self._arrived.get(tenant, 0) + 1
 
     def recalibrate_all(self) -> list[str]:
         """Refits every tenant with enough new labels; returns the tenants refitted."""
         done = []
-        for tenant, labels in list(self._labels.items()):
+        for tenant, tiers in list(self._labels.items()):
+            labels = [label for kept in tiers.values() for label in kept]
             arrived = self._arrived.get(tenant, 0)
             if not needs_refit(len(labels), arrived, self._fitted_at.get(tenant), self.min_labels):
                 continue
             try:
-                self._refit(tenant, list(labels))
+                self._refit(tenant, labels)
             except ValueError as exc:  # e.g. degenerate labels: keep the current model
                 log.warning("recalibration of %s skipped: %s", tenant, exc)
                 continue

@@ -87,6 +87,21 @@ def test_refits_keep_coming_once_the_label_window_is_full() -> None:
     assert recalibrator.refits == 2
 
 
+def test_the_window_holds_labels_per_tier() -> None:
+    """A window per tenant let a busy tier push a rarely labelled one (an explored tier) out:
+    5 labels for tier 1, then 10 for tier 0, left none of tier 1's in a window of 10."""
+    policy = build_policy(default_settings())
+    assert isinstance(policy, RouterPolicy)
+    metrics = GatewayMetrics(CollectorRegistry())
+    recalibrator = Recalibrator(policy, metrics, window=10, min_labels=5, prior_weight=0)
+    for score in np.linspace(0.0, 1.0, 5):
+        recalibrator.label("default", 1, scored_exchange(float(score)), adequate=False)
+    for score in np.linspace(0.0, 1.0, 10):
+        recalibrator.label("default", 0, scored_exchange(float(score)), adequate=True)
+    assert recalibrator.recalibrate_all() == ["default"]
+    assert recalibrator.models["default"].metadata["shadow_labels"] == 15
+
+
 def test_needs_refit_counts_arrivals_not_the_window() -> None:
     assert not needs_refit(held=5, arrived=5, arrived_at_refit=None, min_labels=50)
     assert needs_refit(held=10, arrived=10, arrived_at_refit=None, min_labels=50)
