@@ -290,7 +290,9 @@ class ShadowSampler:
         texts = completion_texts(exchange.body)
         served = texts[0] if texts else None
         deterministic = self.settings.assume_deterministic or is_deterministic(exchange.request)
-        unlabelable = self._unlabelable(exchange, served)
+        # Several choices (n > 1, a list of prompts): the judges compare one answer with one
+        # reference, and the first choice alone would call a tier adequate whose others differ.
+        unlabelable = "skipped_choices" if len(texts) > 1 else self._unlabelable(exchange, served)
         if unlabelable is not None or served is None:
             self._count(exchange, unlabelable or "failed")
             return None

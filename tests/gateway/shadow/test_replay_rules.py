@@ -110,6 +110,26 @@ def test_echoed_completions_are_not_labelled() -> None:
     assert harness.evaluate(exchange(0, {"prompt": "2 + 2 =", "echo": False})) is True
 
 
+def test_an_answer_of_several_choices_is_not_labelled() -> None:
+    """The judges compare one answer with one reference: labelled from its first choice, a
+    tier whose second answer differs was called adequate."""
+    harness = Harness(settings())
+    two = dataclasses.replace(
+        exchange(0, {"messages": [{"role": "user", "content": "2+2?"}], "n": 2, "seed": 1}),
+        body=orjson.dumps(
+            {
+                "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": "ok"}},
+                    {"index": 1, "message": {"role": "assistant", "content": "5"}},
+                ]
+            }
+        ),
+    )
+    assert harness.evaluate(two) is None
+    assert harness.replayed == []
+    assert harness.count("nvfp4", "skipped_choices") == 1
+
+
 def test_pick_below_draws_among_allowed_tiers_only() -> None:
     assert pick_below(2, frozenset({0, 1, 2}), 0.6) == 1
     assert pick_below(2, frozenset({1, 2}), 0.0) == 1
