@@ -43,6 +43,9 @@ def expected_calibration_error(pairs: list[tuple[float, bool]], bins: int = _BIN
     return sum(abs(s / c - a / c) * c / n for c, s, a in totals if c)
 
 
+_ROUNDING = 1e-9  # far below one label's weight in any window the settings allow
+
+
 class CalibrationMonitor:
     """Recent labels per (tenant, tier), bounded by `window`."""
 
@@ -89,7 +92,8 @@ class CalibrationMonitor:
         drift = (
             predicted is not None
             and len(pairs) >= self.min_labels
-            and scored_observed < predicted - self.margin
+            # Beyond the margin, not at it: ten predictions of 0.7 average 0.7000000000000001.
+            and scored_observed < predicted - self.margin - _ROUNDING
         )
         return CalibrationSummary(
             n=n,

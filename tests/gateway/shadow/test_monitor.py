@@ -33,3 +33,14 @@ def test_a_reload_applies_new_margin_min_labels_and_window_and_keeps_labels() ->
     monitor.reconfigure(window=4, margin=0.1, min_labels=4)
     summary = monitor.summary("t", "nvfp4")
     assert (summary.n, summary.observed) == (4, 1.0)  # the newest four, all adequate
+
+
+def test_observed_exactly_at_the_margin_is_no_drift() -> None:
+    """Ten predictions of 0.7 average 0.7000000000000001 in floating point: 6 adequate of 10 sat
+    exactly at the margin and raised the alarm."""
+    monitor = CalibrationMonitor(window=100, margin=0.1, min_labels=10)
+    for i in range(10):
+        monitor.add("t", "nvfp4", Label(0.7, 0.1, i < 6, 0.0))
+    assert not monitor.summary("t", "nvfp4").drift
+    monitor.add("t", "nvfp4", Label(0.7, 0.1, False, 0.0))  # 6 of 11: below the margin
+    assert monitor.summary("t", "nvfp4").drift
