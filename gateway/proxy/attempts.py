@@ -250,8 +250,9 @@ async def _first_event(response: UpstreamResponse, wait_s: float, kind: Endpoint
     attempt's failure (first_byte_s bounds it) and another endpoint may serve. What holds no
     output (a keep-alive comment; a Responses stream's opening events, which come as early
     as its headers) does not end the wait."""
-    # Unless it came with the headers: then there is no timer to set and cancel.
-    if not response.has_body or holds_no_output(kind, response.body_so_far()):
+    body = response.body_so_far()
+    # Unless output came with the headers: then there is no timer to set and cancel.
+    if holds_no_output(kind, body):
         try:
             async with asyncio.timeout(wait_s):
                 await response.wait_for_body()
@@ -264,7 +265,8 @@ async def _first_event(response: UpstreamResponse, wait_s: float, kind: Endpoint
                     await response.wait_for_body(after=len(arrived))
         except TimeoutError:
             raise UpstreamTimeout("upstream sent no event within first_byte_s") from None
-    _require_an_event(response, kind)
+        body = response.body_so_far()
+    _require_an_event(response, kind, body)
 
 
 def _require_a_stream(response: UpstreamResponse) -> None:
@@ -277,12 +279,11 @@ def _require_a_stream(response: UpstreamResponse) -> None:
         raise UpstreamProtocolError(f"upstream answered a stream request with {shown}")
 
 
-def _require_an_event(response: UpstreamResponse, kind: EndpointKind) -> None:
+def _require_an_event(response: UpstreamResponse, kind: EndpointKind, body: bytes) -> None:
     """A stream that ended before any output, or whose body is JSON (an answer with no
     content-type that ignored `stream`), answered nothing the client could read as events:
     relayed, it would get a 200 with no answer and no error. Nothing reached it yet, so
-    another endpoint may serve."""
-    body = response.body_so_far()
+    another endpoint may serve. `body` is what has arrived of it."""
     if body[:1] in _JSON_OPENINGS:
         raise UpstreamProtocolError("upstream answered a stream request with JSON")
     if response.complete and holds_no_output(kind, body):

@@ -156,7 +156,7 @@ async def relay_stream(
 
 
 async def _relay_events(exchange: Exchange, response: UpstreamResponse, stall_s: float) -> bool:
-    channel, record, rewrite = exchange.channel, exchange.record, exchange.rewrite
+    channel, record = exchange.channel, exchange.record
     headers = exchange.headers(b"text/event-stream; charset=utf-8")
     headers.append((b"cache-control", b"no-cache"))
     await channel.start(200, headers)
@@ -178,12 +178,9 @@ async def _relay_events(exchange: Exchange, response: UpstreamResponse, stall_s:
                 response.abort()
                 return False
         tail = buffer.flush()  # an upstream that ended without a blank line
-        if tail and (_USAGE_MARKERS[0] in tail or _USAGE_MARKERS[1] in tail):
-            tail = _take_usage(tail, exchange.strip_usage, record)
         if tail:
-            tail = rewrite(tail)
-            if exchange.captured is not None:  # the shadow judge reads the whole answer
-                exchange.captured.append(tail)
+            tail = _outgoing(exchange, tail)
+        if tail:
             await channel.body(tail, more=True)
         await channel.body(b"", more=False)
         return record.error_after_first_byte  # set here only by an engine's error event
@@ -207,7 +204,10 @@ def _outgoing(exchange: Exchange, events: bytes) -> bytes:
     record = exchange.record
     if record.ttft_s is None and not holds_no_output(exchange.kind, events):
         record.ttft_s = time.perf_counter() - exchange.started
-    if _ENGINE_ERROR_MARKERS[0] in events or _ENGINE_ERROR_MARKERS[1] in events:
+    # One scan for what both markers hold, most events have neither (about 0.4 us a scan).
+    if b"error" in events and (
+        _ENGINE_ERROR_MARKERS[0] in events or _ENGINE_ERROR_MARKERS[1] in events
+    ):
         # Relayed as it is (already OpenAI's shape), but no success: a stream error, and
         # the engine's failure.
         record.error_after_first_byte = True

@@ -611,22 +611,26 @@ def test_a_client_that_stops_reading_its_stream_holds_no_slot_past_total_s(
             assert gw.metric_at_least("tiergate_stream_errors_total", labels, 1) == 1
 
 
-def test_an_engines_error_event_mid_stream_is_a_stream_error_and_its_failure() -> None:
+@pytest.mark.parametrize("ending", [b"\n\ndata: [DONE]\n\n", b""], ids=["then_done", "unended"])
+def test_an_engines_error_event_mid_stream_is_a_stream_error_and_its_failure(
+    ending: bytes,
+) -> None:
     """vLLM yields `data: {"error": ...}` and [DONE] when generation fails after the
     headers: relayed as it is, but it was counted a success (no stream error, the circuit
-    closed on it)."""
+    closed on it). Last in a stream that ends without its blank line, it was missed too."""
     chunk = b'data: {"id":"c","object":"chat.completion.chunk","model":"served/cheap","choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n'
-    error = b'data: {"error": {"message": "Internal server error", "type": "InternalServerError", "param": null, "code": 500}}\n\n'
+    error = b'data: {"error": {"message": "Internal server error", "type": "InternalServerError", "param": null, "code": 500}}'
     with FakeUpstream() as cheap, FakeUpstream() as top:
         cheap.reply = Reply(
-            pieces=[chunk, error + b"data: [DONE]\n\n"],
+            pieces=[chunk, error + ending],
             piece_interval_s=0.05,
             content_type=b"text/event-stream",
         )
         settings = two_tiers(cheap, top, first_byte_s=1.0, total_s=5.0)
         with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
             status, _, body = call(gw, {**ASK, "stream": True})
-            assert status == 200 and error in body and body.endswith(b"data: [DONE]\n\n")
+            assert status == 200 and error in body
+            assert body.endswith(b"data: [DONE]\n\n") or not ending
             labels = {"tenant": "t", "tier": "nvfp4"}
             assert gw.metric_at_least("tiergate_stream_errors_total", labels, 1) == 1
             assert gw.app.runtime.tiers[0].endpoints[0].circuit.consecutive_failures == 1
