@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 
-from gateway.cli.json_out import one_line
+from router_models.json_out import one_line
 
 if TYPE_CHECKING:
     from pydantic import ValidationError

@@ -7,7 +7,7 @@ from typing import Annotated, Any, cast
 
 import typer
 
-from gateway.cli.json_out import one_line
+from router_models.json_out import one_line
 
 __all__ = ["compute_trace_regime", "default_capacity_blocks", "register"]
 
