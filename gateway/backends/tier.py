@@ -149,11 +149,10 @@ class TierBackend:
         """Waits in the tier's bounded queue; None when it is full, the wait times out or
         `left` is done (its client has gone: its place and its tenant's slot are not held
         for nobody until the timeout)."""
-        queue = self._live()._waiters
-        if len(queue) >= self.queue_size or timeout_s <= 0:
+        if len(self._waiters) >= self.queue_size or timeout_s <= 0:
             return None
         waiter: asyncio.Future[EndpointState] = asyncio.get_running_loop().create_future()
-        queue.append(waiter)
+        self._waiters.append(waiter)
 
         def stop_waiting(_: asyncio.Future[None]) -> None:
             waiter.cancel()  # a waiter already handed its slot keeps it: `_queue` passes it on
@@ -178,17 +177,8 @@ class TierBackend:
         finally:
             if left is not None:
                 left.remove_done_callback(stop_waiting)
-            queue = self._live()._waiters  # reloads during the wait may have moved it on
-            if waiter in queue:
-                queue.remove(waiter)
-
-    def _live(self) -> TierBackend:
-        """The tier whose queue is this one's: itself, or the last of the tiers that replaced
-        it in reloads (a queue handed over twice moved on from the first heir's)."""
-        tier = self
-        while tier.successor is not None:
-            tier = tier.successor
-        return tier
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
 
     def _pass_on(self, waiter: asyncio.Future[EndpointState]) -> None:
         """A wait that ended (timeout, cancel) in the loop turn its slot was handed over: the

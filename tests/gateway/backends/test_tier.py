@@ -147,37 +147,3 @@ def test_a_wait_ends_when_its_client_leaves_and_a_cancel_still_cancels() -> None
         assert cancelled.cancelled() and tier.queued == 0
 
     asyncio.run(main())
-
-
-def test_a_wait_that_ends_leaves_the_queue_of_the_last_reload() -> None:
-    """Handed over by two reloads, a queue moves on from the first heir's: a wait queued
-    before both that then timed out stayed counted in the last tier's queue for good (the
-    soak's 'tier w4a16 has 1 queued')."""
-    from gateway.backends.tier import endpoints_by_url
-
-    async def main() -> None:
-        first = build_tiers(one_slot_tier_settings())
-        first[0].endpoints[0].inflight = 1
-        waiting = asyncio.ensure_future(first[0].wait_for_slot(0.05))
-        await asyncio.sleep(0.01)
-        generations = [first]
-        for _ in range(2):
-            previous = generations[-1]
-            tiers = build_tiers(one_slot_tier_settings(), endpoints_by_url(previous))
-            for tier, replaced in zip(tiers, previous, strict=True):
-                tier.adopt_endpoints()
-                tier.take_queue(replaced)
-            generations.append(tiers)
-        last = generations[-1][0]
-        assert last.queued == 1
-        assert await waiting is None  # timed out: the slot stayed taken
-        assert last.queued == 0
-        # A wait that starts on a replaced tier queues where slots are handed out now.
-        late = asyncio.ensure_future(first[0].wait_for_slot(1.0))
-        await asyncio.sleep(0.01)
-        assert last.queued == 1
-        last.endpoints[0].inflight = 0
-        last.slot_freed()
-        assert await late is last.endpoints[0]
-
-    asyncio.run(main())
