@@ -15,7 +15,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -222,10 +222,16 @@ class Gateway:
         self.metrics.tenant_top_tier = {
             name: tenant.top_tier for name, tenant in runtime.tenants.tenants.items()
         }
+        replaced = _replaced_tiers(old.tiers, runtime.tiers) if old is not None else {}
+        taken: list[TierBackend] = []
         for tier in runtime.tiers:
             tier.adopt_endpoints()
+            if tier.name in replaced:
+                taken.append(replaced[tier.name])
+                tier.take_queue(replaced[tier.name])
+                tier.hand_out_free_slots()
         if old is not None:
-            _hand_over_queues(old.tiers, runtime.tiers)
+            _merge_unreplaced_queues(old.tiers, taken)
         self.runtime = runtime
         self.health.interval_s = runtime.settings.resilience.health_interval_s
         self.observer.configure(runtime.settings)
@@ -473,21 +479,40 @@ def _redis_client(settings: Settings, environ: Mapping[str, str]) -> Any:
     return redis.asyncio.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
 
 
-def _hand_over_queues(old: list[TierBackend], new: list[TierBackend]) -> None:
-    """The requests queued on each running tier go to the new tier that now frees their
-    slots: the one of its name, or, for a tier renamed or merged away, the one that kept its
-    endpoints (build_tiers; `adopt` made it their owner). Their queue would never be woken
-    again, and they waited out queue_timeout_s for a 429 while the engines had room. Then
-    the room the reload added (a new endpoint, a higher limit) goes to them at once."""
-    by_name = {tier.name: tier for tier in new}
-    for tier in old:
-        heir = by_name.get(tier.name) or next(
-            (state.owner for state in tier.endpoints if state.owner not in (None, tier)), None
-        )
-        if heir is not None:
-            heir.take_queue(tier)
+def _replaced_tiers(old: list[TierBackend], new: list[TierBackend]) -> dict[str, TierBackend]:
+    """Which running tier each new one replaces: the one of its name, or a renamed one whose
+    endpoints it kept (build_tiers). Read before the new tiers adopt those endpoints: the
+    requests queued on a renamed tier are woken by its endpoints' freed slots, which from
+    then on go to the new tier, so it must take their queue."""
+    replaced = {tier.name: tier for tier in old}
+    names = {tier.name for tier in new}
+    renamed: dict[str, TierBackend] = {}
+    taken: set[str] = set()
     for tier in new:
-        tier.hand_out_free_slots()
+        if tier.name in replaced:
+            continue
+        for state in tier.endpoints:
+            owner = state.owner
+            if owner is not None and owner.name not in names and owner.name not in taken:
+                taken.add(owner.name)
+                renamed[tier.name] = owner
+                break
+    return replaced | renamed
+
+
+def _merge_unreplaced_queues(old: list[TierBackend], replaced: Iterable[TierBackend]) -> None:
+    """An old tier that no new one replaced, but whose endpoints a new tier kept (two tiers
+    merged into one, renamed or not): those endpoints' freed slots now wake the new tier's
+    queue, so the requests queued on the old one join it; they waited out queue_timeout_s.
+    Called after the new tiers adopted their endpoints."""
+    taken = {id(tier) for tier in replaced}
+    for tier in old:
+        if id(tier) in taken:
+            continue
+        heir = next((s.owner for s in tier.endpoints if s.owner not in (None, tier)), None)
+        if heir is not None:
+            heir.join_queue(tier)
+            heir.hand_out_free_slots()
 
 
 def _file_stamp(path: Path | None) -> FileStamp | None:

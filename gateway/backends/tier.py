@@ -188,13 +188,18 @@ class TierBackend:
             self.slot_freed()
 
     def take_queue(self, replaced: TierBackend) -> None:
-        """Requests queued on a tier this one replaces in a reload (by name, or renamed or
-        merged into this one) wait on this one, behind its own: the slots their endpoints
-        free wake this tier's queue now, so theirs would never be woken again. One deque for
-        both, so a wait that ends leaves it either way."""
-        self._waiters.extend(replaced._waiters)
-        replaced._waiters = self._waiters
+        """Requests queued on the tier this one replaces (a reload) wait on this one: the
+        slots their endpoints free wake this tier's queue now, so theirs would never be
+        woken again. One deque for both, so a wait that ends leaves it either way."""
+        self._waiters = replaced._waiters
         replaced.successor = self
+
+    def join_queue(self, merged: TierBackend) -> None:
+        """Requests queued on a tier merged into this one (a reload) queue behind this one's
+        own: the slots their endpoints free wake this tier's queue now."""
+        self._waiters.extend(merged._waiters)
+        merged._waiters = self._waiters
+        merged.successor = self
 
     def slot_freed(self) -> None:
         """A request on this tier finished: hand its slot to the first waiter, if any."""
