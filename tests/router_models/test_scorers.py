@@ -143,3 +143,18 @@ def test_gbdt_inner_folds_keep_duplicated_requests_together(
     inner = seen[:3]  # the last fit is the shipped text model, on every row
     assert all(test for _, test in inner)
     assert all(not (train & test) for train, test in inner)
+
+
+def test_a_prompt_with_more_new_words_than_the_cache_holds_scores_as_when_cold(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Filling the missing words empties a full cache; the score must not depend on it.
+    spec = GramSpec(bits=10)
+    coef = np.random.default_rng(1).normal(size=spec.n_buckets)
+    words = [f"word{i}" for i in range(12)]
+    expected = LeanLinear(spec, coef, 0.0, [], []).text_score(words)
+    monkeypatch.setattr(lean_module, "CACHE_LIMIT", 5)
+    lean = LeanLinear(spec, coef, 0.0, [], [])
+    lean.text_score(words[:3])  # some words cached, the rest missing
+    assert lean.text_score(words) == pytest.approx(expected, rel=1e-12)
+    assert len(lean._words) <= 5
