@@ -87,6 +87,11 @@ TopP = Annotated[float, Field(ge=0.0, le=1.0)]
 Penalty = Annotated[float, Field(ge=-2.0, le=2.0)]
 PositiveInt = Annotated[int, Field(ge=1)]
 ChoiceCount = Annotated[int, Field(ge=1, le=128)]
+# vLLM's request models bound the seed to a signed 64-bit integer and answer anything
+# outside with their own 400; refused here, that 400 names the field before a tier is used.
+INT64_MIN: Final = -(2**63)
+INT64_MAX: Final = 2**63 - 1
+Seed = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
 
 
 class SamplingFields(OpenAIModel):
@@ -101,7 +106,7 @@ class SamplingFields(OpenAIModel):
     top_p: TopP | None = None
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
-    seed: int | None = None
+    seed: Seed | None = None
     stop: str | list[str] | None = None
     user: str | None = None
     # Lax as in vLLM: a token's bias may come as a numeric string.
@@ -140,6 +145,7 @@ class ResponsesRequest(OpenAIModel):
     max_output_tokens: PositiveInt | None = None
     temperature: Temperature | None = None
     top_p: TopP | None = None
+    seed: Seed | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     text: dict[str, Any] | None = None
@@ -337,7 +343,7 @@ _FAST_FIELDS: Final[dict[str, Any]] = {
     "max_tokens": lambda v: _is_int(v) and v >= 1,
     "max_completion_tokens": lambda v: _is_int(v) and v >= 1,
     "n": lambda v: _is_int(v) and 1 <= v <= 128,
-    "seed": _is_int,
+    "seed": lambda v: _is_int(v) and INT64_MIN <= v <= INT64_MAX,
     "user": lambda v: type(v) is str,
     "temperature": _number_between(0.0, 2.0),
     "top_p": _number_between(0.0, 1.0),

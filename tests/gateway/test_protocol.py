@@ -15,6 +15,7 @@ from gateway.errors import InvalidRequestError
 from gateway.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
+    EndpointKind,
     RequestLimits,
     _plainly_valid,
     nesting_depth,
@@ -275,3 +276,30 @@ def test_lists_whose_validation_would_hold_the_loop_are_refused_first(
         parse_request(kind, body, limits, 8 << 20)
     assert refused.value.param in {"prompt", "content"}
     parse_request(kind, orjson.dumps({"model": "m", field: build(limit)}), limits, 8 << 20)
+
+
+SEEDED_REQUESTS: dict[EndpointKind, dict[str, Any]] = {
+    "chat": {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+    "completions": {"model": "m", "prompt": "hi"},
+    "responses": {"model": "m", "input": "hi"},
+}
+
+
+@pytest.mark.parametrize("kind", SEEDED_REQUESTS)
+@pytest.mark.parametrize("seed", [2**63, 2**64, -(2**63) - 1])
+def test_a_seed_outside_vllms_signed_64_bit_range_is_refused_naming_it(
+    kind: EndpointKind, seed: int
+) -> None:
+    """vLLM bounds the seed to int64 on all three endpoints; the gateway relayed 2**63 (and,
+    on /v1/responses, any seed) for the tier to refuse."""
+    body = json.dumps({**SEEDED_REQUESTS[kind], "seed": seed}).encode()
+    with pytest.raises(InvalidRequestError) as caught:
+        parse_request(kind, body, RequestLimits())
+    assert caught.value.param == "seed"
+
+
+@pytest.mark.parametrize("kind", SEEDED_REQUESTS)
+@pytest.mark.parametrize("seed", [-(2**63), -1, 2**63 - 1])
+def test_a_seed_inside_the_signed_64_bit_range_passes(kind: EndpointKind, seed: int) -> None:
+    body = json.dumps({**SEEDED_REQUESTS[kind], "seed": seed}).encode()
+    assert parse_request(kind, body, RequestLimits())["seed"] == seed
