@@ -52,8 +52,13 @@ class Checkpoint(_Frozen):
     """What `vllm serve` loads for one precision, and how vLLM is told about it."""
 
     repo: str
+    # One word in vLLM's naming (fp8, compressed-tensors, modelopt_fp4): it lands in a shell
+    # line and a container's argv, where a value such as "--no-enable-prefix-caching" or
+    # "fp8 --trust-remote-code" would be read as more flags, and an empty one fails at start.
     quantization: str | None = Field(
-        default=None, description="value for --quantization; None lets vLLM auto-detect"
+        default=None,
+        pattern=r"^[a-z0-9][a-z0-9_-]*$",
+        description="value for --quantization; None lets vLLM auto-detect",
     )
 
 

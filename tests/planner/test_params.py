@@ -111,3 +111,24 @@ def test_the_loops_window_and_period_are_set_where_they_are_read(field: str, hom
     with pytest.raises(ValidationError, match=f"{field} is not a policy setting: set {home}"):
         Settings.model_validate({"policy": {field: 3600}})
     assert Settings.model_validate({"policy": {"hysteresis": 0.2}}).policy.hysteresis == 0.2
+
+
+def _bf16_checkpoint(quantization: str) -> str:
+    checkpoint = f"{{repo: me/x, quantization: {quantization}}}"
+    return f"model: {{preset: qwen3-30b-a3b, checkpoints: {{bf16: {checkpoint}}}}}"
+
+
+@pytest.mark.parametrize(
+    "quantization", ["", "--no-enable-prefix-caching", "fp8 --trust-remote-code", "fp8;rm"]
+)
+def test_a_checkpoints_quantization_is_one_word(quantization: str) -> None:
+    """It follows --quantization in the rendered `vllm serve` line: anything but one plain
+    word (vLLM's names) would add flags to that line or leave the option without a value."""
+    with pytest.raises(ValidationError, match="quantization"):
+        settings_from_yaml(_bf16_checkpoint(f"'{quantization}'"))
+
+
+@pytest.mark.parametrize("quantization", ["fp8", "compressed-tensors", "modelopt_fp4", "mxfp4"])
+def test_vllms_quantization_names_are_accepted(quantization: str) -> None:
+    checkpoint = settings_from_yaml(_bf16_checkpoint(quantization)).model.checkpoints["bf16"]
+    assert checkpoint.quantization == quantization
