@@ -451,20 +451,50 @@ def _staged(out: Path) -> Iterator[Path]:
     """A scratch directory beside `out` that the model is written into, moved into place
     file by file only once all of it is written: a failure leaves `out` as it was."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    with _errors_naming(out):
+        stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+        try:
+            yield stage
+            out.mkdir(exist_ok=True)
+            written = {p.name for p in stage.iterdir()}
+            for name in _MODEL_DIR_FILES:  # an earlier model's file this one has not
+                if name not in written:
+                    (out / name).unlink(missing_ok=True)
+            # model.json last: it holds the arrays' checksum, so a reader in between sees the
+            # old model or a checksum mismatch it refuses, never a new model on old arrays.
+            for name in sorted(written, key=lambda n: n == "model.json"):
+                os.replace(stage / name, out / name)
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+
+
+@contextmanager
+def _errors_naming(out: Path) -> Iterator[None]:
+    """OS errors about the scratch directory beside `out` name the path in `out` instead:
+    the user gave `out` and never sees the scratch directory, which is gone by then."""
     try:
-        yield stage
-        out.mkdir(exist_ok=True)
-        written = {p.name for p in stage.iterdir()}
-        for name in _MODEL_DIR_FILES:  # an earlier model's file this one has not
-            if name not in written:
-                (out / name).unlink(missing_ok=True)
-        # model.json last: it holds the arrays' checksum, so a reader in between sees the
-        # old model or a checksum mismatch it refuses, never a new model on old arrays.
-        for name in sorted(written, key=lambda n: n == "model.json"):
-            os.replace(stage / name, out / name)
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
+        yield
+    except OSError as exc:
+        given, given2 = _as_given(exc.filename, out), _as_given(exc.filename2, out)
+        if (given, given2) == (exc.filename, exc.filename2):
+            raise
+        if given2 == given:  # a move from the scratch directory to the same path in `out`
+            given2 = None
+        raise type(exc)(exc.errno, exc.strerror, given, None, given2) from None
+
+
+def _as_given(path: Any, out: Path) -> Any:
+    """`path`, read as the same path in `out` when it lies in a scratch directory of `out`'s
+    (`.{out.name}.` and a random suffix, beside it)."""
+    if not isinstance(path, str | os.PathLike):
+        return path
+    try:
+        parts = Path(path).relative_to(out.parent).parts
+    except ValueError:
+        return path
+    if not parts or not parts[0].startswith(f".{out.name}."):
+        return path
+    return str(out.joinpath(*parts[1:]))
 
 
 def _read_notes(path: Path) -> str:

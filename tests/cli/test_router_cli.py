@@ -586,3 +586,19 @@ def test_files_of_one_name_count_all_their_rows(
     twice = ["--data", str(data_file), "--data", str(data_file)]
     again = runner.invoke(app, ["router", "evaluate", "--model", str(model_dir), *twice, "--json"])
     assert json.loads(again.stdout)["data"]["files"] == {"labels.jsonl": 1200}
+
+
+def test_a_write_that_fails_names_the_out_path_not_the_scratch_directory(
+    data_file: Path, tmp_path: Path
+) -> None:
+    """The model is staged in a hidden directory beside --out; an error moving a file into
+    place named that directory (`.m.x1y2/report.json`), which the user never gave."""
+    out = tmp_path / "m"
+    train = ["router", "train", "--data", str(data_file), "--tiers", TIERS, "--out", str(out)]
+    assert runner.invoke(app, train).exit_code == 0
+    (out / "report.json").unlink()
+    (out / "report.json").mkdir()  # an earlier model's file is now a directory
+    (out / "report.json" / "keep").write_text("x")
+    result = runner.invoke(app, train)
+    assert result.exit_code == 2, result.stderr
+    assert f"'{out / 'report.json'}'" in result.stderr and "/.m." not in result.stderr
