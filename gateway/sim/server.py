@@ -164,12 +164,22 @@ class SimServer:
             await _json(send, 401, {"error": "Unauthorized"})  # vLLM's answer, verbatim
             return
         route = self._routes.get((scope["method"], scope["path"]))
+        if route is None:
+            await self._unrouted(scope, send)
+            return
         try:
-            if route is None:
-                raise SimError(404, f"Not Found: {scope['method']} {scope['path']}")
             await route(scope, receive, send)
         except SimError as exc:
             await _respond(send, exc.status, exc.body(), b"application/json")
+
+    async def _unrouted(self, scope: Scope, send: Send) -> None:
+        """FastAPI's own answer, which vLLM's error handlers leave as it is (they catch
+        fastapi's HTTPException, and the router raises Starlette's): a bare `detail`, and
+        405 for a path served under another method."""
+        if any(path == scope["path"] for _, path in self._routes):
+            await _json(send, 405, {"detail": "Method Not Allowed"})
+        else:
+            await _json(send, 404, {"detail": "Not Found"})
 
     @staticmethod
     def _authorized(scope: dict[str, Any], api_key: bytes) -> bool:
@@ -289,7 +299,12 @@ class SimServer:
         except ValidationError as exc:  # pragma: no cover - parse_request maps these
             raise SimError(400, str(exc)) from None
         if request["model"] != self.served_model_name:
-            raise SimError(404, f"The model `{request['model']}` does not exist.", "model")
+            raise SimError(
+                404,
+                f"The model `{request['model']}` does not exist. "
+                f"Valid aliases: {self.served_model_name}.",
+                "model",
+            )
         responses_request = None
         if kind == "responses":  # answered as the chat it stands for, rendered back later
             responses_request, request = request, sim_responses.as_chat_request(request)

@@ -311,6 +311,44 @@ def test_tokenize_counts_a_chat_and_a_prompt() -> None:
     run(check)
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "status", "detail"),
+    [
+        ("GET", "/v2/nothing", 404, "Not Found"),
+        ("GET", CHAT, 405, "Method Not Allowed"),
+        ("POST", "/v1/models", 405, "Method Not Allowed"),
+    ],
+)
+def test_an_unrouted_request_gets_fastapis_answer_as_from_vllm(
+    method: str, path: str, status: int, detail: str
+) -> None:
+    """vLLM's handlers catch fastapi's HTTPException, not the Starlette one its router raises
+    for a path it does not serve: the answer is FastAPI's bare `detail` (the simulator
+    answered every such request with an OpenAI-shaped 404)."""
+
+    async def check(server: SimServer) -> None:
+        reply = await call(server, method, path)
+        assert (reply.status, reply.json()) == (status, {"detail": detail})
+
+    run(check)
+
+
+def test_an_unknown_model_is_vllms_404_naming_the_served_one() -> None:
+    async def check(server: SimServer) -> None:
+        reply = await call(server, "POST", COMPLETIONS, completion(model="other"))
+        assert reply.status == 404
+        assert reply.json() == {
+            "error": {
+                "message": "The model `other` does not exist. Valid aliases: sim-test.",
+                "type": "NotFoundError",
+                "param": "model",
+                "code": 404,
+            }
+        }
+
+    run(check)
+
+
 # -- metrics -----------------------------------------------------------------------------------
 def test_request_success_has_vllms_reasons_and_counts_each_choice() -> None:
     async def check(server: SimServer) -> None:
