@@ -13,6 +13,7 @@ import asyncio
 import hmac
 import random
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -617,7 +618,9 @@ class SimServer:
                     "created": self._created,
                     "owned_by": "vllm",
                     "root": self.served_model_name,
+                    "parent": None,
                     "max_model_len": self.config.max_model_len,
+                    "permission": [_model_permission()],
                 }
             ],
         }
@@ -810,6 +813,24 @@ async def _read(receive: Receive) -> bytes:
         parts.append(message.get("body", b""))
         if not message.get("more_body"):
             return b"".join(parts)
+
+
+def _model_permission() -> dict[str, Any]:
+    """vLLM's ModelPermission with its defaults: a fresh id and time on every listing."""
+    return {
+        "id": f"modelperm-{uuid.uuid4().hex[:16]}",
+        "object": "model_permission",
+        "created": int(time.time()),
+        "allow_create_engine": False,
+        "allow_sampling": True,
+        "allow_logprobs": True,
+        "allow_search_indices": False,
+        "allow_view": True,
+        "allow_fine_tuning": False,
+        "organization": "*",
+        "group": None,
+        "is_blocking": False,
+    }
 
 
 async def _respond(send: Send, status: int, body: bytes, content_type: bytes) -> None:

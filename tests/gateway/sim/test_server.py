@@ -349,6 +349,25 @@ def test_an_unknown_model_is_vllms_404_naming_the_served_one() -> None:
     run(check)
 
 
+def test_a_model_card_has_the_fields_of_vllms() -> None:
+    """vLLM's ModelCard and ModelPermission (serve/engine/protocol.py); the simulator's card
+    had no parent and no permission."""
+
+    async def check(server: SimServer) -> None:
+        (card,) = (await call(server, "GET", "/v1/models")).json()["data"]
+        assert set(card) == {
+            *("id", "object", "created", "owned_by", "root", "parent"),
+            *("max_model_len", "permission"),
+        }
+        assert card["parent"] is None and card["max_model_len"] == server.config.max_model_len
+        (permission,) = card["permission"]
+        assert permission["object"] == "model_permission"
+        assert permission["id"].startswith("modelperm-") and permission["organization"] == "*"
+        assert permission["allow_sampling"] and not permission["allow_fine_tuning"]
+
+    run(check)
+
+
 # -- metrics -----------------------------------------------------------------------------------
 def test_request_success_has_vllms_reasons_and_counts_each_choice() -> None:
     async def check(server: SimServer) -> None:
