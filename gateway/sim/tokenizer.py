@@ -12,7 +12,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 VOCAB_SIZE: Final = 50_000
-_PIECE = re.compile(r"\w+|[^\w\s]")
+# Words and punctuation; whitespace between them is not a token of its own. A text of only
+# whitespace is one token: a real tokenizer spells it with at least one, and a prompt of it
+# is no empty prompt.
+_PIECE = re.compile(r"\w+|[^\w\s]|\A\s+\Z")
 
 
 def pieces(text: str) -> list[str]:

@@ -368,6 +368,20 @@ def test_a_model_card_has_the_fields_of_vllms() -> None:
     run(check)
 
 
+@pytest.mark.parametrize("prompt", [" ", " \n\t "])
+def test_a_prompt_of_only_whitespace_counts_one_token(prompt: str) -> None:
+    """A real tokenizer spells whitespace with tokens; the simulator counted none, so such a
+    prompt was served, and billed in usage, as a prompt of 0 tokens."""
+
+    async def check(server: SimServer) -> None:
+        tokenized = (await call(server, "POST", "/tokenize", {"prompt": prompt})).json()
+        assert tokenized["count"] == 1
+        reply = await call(server, "POST", COMPLETIONS, completion(prompt=prompt, max_tokens=2))
+        assert reply.status == 200 and reply.json()["usage"]["prompt_tokens"] == 1
+
+    run(check)
+
+
 # -- metrics -----------------------------------------------------------------------------------
 def test_request_success_has_vllms_reasons_and_counts_each_choice() -> None:
     async def check(server: SimServer) -> None:
