@@ -243,3 +243,31 @@ def test_the_same_refusal_without_the_engines_key(both: Pair, authorization: str
     assert both("/v1/chat/completions", CHAT, headers) == [(401, {"error": "Unauthorized"})] * 2
     tokenized = both("/tokenize", {"prompt": "hello"}, headers)
     assert [status for status, _ in tokenized] == [200, 200]
+
+
+def get(url: str) -> tuple[int, Any]:
+    try:
+        with urllib.request.urlopen(
+            urllib.request.Request(url, headers=ENGINE_HEADERS), timeout=120
+        ) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def test_the_same_model_cards_and_answers_to_what_is_not_served(both: Pair) -> None:
+    """/v1/models' cards field by field; an unknown path gets FastAPI's bare 404 from both,
+    and an unknown model the same 404 shape."""
+    listings = [get(f"{url}/v1/models") for url, _ in both.targets]
+    assert [status for status, _ in listings] == [200, 200]
+    vllm_card, sim_card = (listing["data"][0] for _, listing in listings)
+    assert shape(sim_card) == shape(vllm_card)
+    assert [get(f"{url}/no/such/path") for url, _ in both.targets] == [
+        (404, {"detail": "Not Found"})
+    ] * 2
+    unknown = [
+        post(f"{url}/v1/chat/completions", {**CHAT, "model": "no-such-model"})
+        for url, _ in both.targets
+    ]
+    assert [status for status, _ in unknown] == [404, 404]
+    assert shape(unknown[1][1]) == shape(unknown[0][1])
