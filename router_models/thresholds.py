@@ -118,8 +118,14 @@ def uniform_baseline(
     points = uniform_points(correct, costs)
     meeting = [p for p in points if p.quality >= floor - _TOL]
     if meeting:
-        return min(meeting, key=lambda p: p.cost), True
+        return _cheapest(meeting), True
     return max(points, key=lambda p: (p.quality, -p.cost)), False
+
+
+def _cheapest(points: Sequence[UniformPoint]) -> UniformPoint:
+    """The cheapest point; among equally cheap tiers (nvfp4 and w4a16 read the same bytes)
+    the better one, as on the static frontier: the first would give up quality for nothing."""
+    return min(points, key=lambda pt: (pt.cost, -pt.quality))
 
 
 def tune(
@@ -226,7 +232,7 @@ def _baseline(
     if floor is not None:
         meeting = [pt for pt in points if pt.quality >= floor - _TOL]
         if meeting and (budget is None or min(pt.cost for pt in meeting) <= budget + _TOL):
-            return min(meeting, key=lambda pt: pt.cost), True
+            return _cheapest(meeting), True
         if budget is None:
             return max(points, key=lambda pt: (pt.quality, -pt.cost)), False
         return _best_uniform_within(points, budget)[0], False

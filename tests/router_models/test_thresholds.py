@@ -418,3 +418,16 @@ def test_a_floor_that_only_a_middle_uniform_tier_meets_within_the_budget_is_met(
     assert not result.routing_pays and result.thresholds == (1.0, 0.0)  # all on tier 1
     assert result.expected_cost == 0.5 and result.expected_quality >= result.floor
     assert result.feasible and "out of reach" not in result.message
+
+
+def test_equally_cheap_uniform_tiers_meeting_the_floor_give_the_better_baseline() -> None:
+    """nvfp4 and w4a16 cost the same (the default ladder): the baseline, which is what an
+    alpha tenant is served from when routing does not pay, is the better of the two."""
+    correct = np.array([[0, 1, 1], [1, 1, 1], [1, 1, 1], [1, 1, 1]], dtype=float)
+    costs = (0.25, 0.25, 1.0)
+    baseline, ok = uniform_baseline(correct, costs, 0.7)
+    assert ok and baseline.tier == 1 and baseline.quality == 1.0
+    proba = np.column_stack([np.full(4, 0.5), np.full(4, 0.6), np.ones(4)])
+    result = tune(proba, correct, costs, alpha=0.7)
+    assert not result.routing_pays and result.baseline.tier == 1
+    assert apply(proba, correct, costs, result.thresholds) == (0.25, 1.0)
