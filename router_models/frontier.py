@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -82,7 +83,18 @@ def thresholds_for(lam: float, costs: Sequence[float]) -> tuple[float, ...]:
     very arithmetic accepts it, so its points are exactly what `policy.decide` does with these.
     """
     top = costs[-1]
-    return tuple(min(1.0, max(0.0, 1.0 - lam * (top - c))) for c in costs[:-1])
+    return tuple(
+        min(1.0, max(0.0, 1.0 - lam * (top - c))) if saves else 1.0
+        for c, saves in zip(costs[:-1], _saves_on_next(costs), strict=True)
+    )
+
+
+def _saves_on_next(costs: Sequence[float]) -> list[bool]:
+    """Per non-top tier: whether it is cheaper than the next tier up. One that costs the same
+    (nvfp4 and w4a16 read the same bytes) is never worth taking: the next tier's probability
+    is at least its own (calibration is monotone along the ladder) at no extra cost, and the
+    cheapest accepted tier would otherwise win the tie and give quality away for nothing."""
+    return [cheaper < dearer for cheaper, dearer in pairwise(costs)]
 
 
 def uniform_points(correct: ArrayLike, costs: Sequence[float]) -> list[UniformPoint]:
@@ -133,8 +145,9 @@ def routed_frontier(
     if p.shape != c.shape:
         raise ValueError(f"proba has shape {p.shape}, correct {c.shape}")
     cost = np.asarray(costs, dtype=np.float64)
-    gap = cost[-1] - cost[:-1]
-    # (n, K-1): multiplier at which tier k becomes acceptable; never when it saves nothing.
+    gap = np.where(_saves_on_next(costs), cost[-1] - cost[:-1], 0.0)
+    # (n, K-1): multiplier at which tier k becomes acceptable; never when it saves nothing
+    # against the next tier up.
     mu = _acceptance_multipliers(p[:, :-1], gap)
     flat = mu.reshape(-1)
     order = np.argsort(flat, kind="stable")

@@ -431,3 +431,26 @@ def test_equally_cheap_uniform_tiers_meeting_the_floor_give_the_better_baseline(
     result = tune(proba, correct, costs, alpha=0.7)
     assert not result.routing_pays and result.baseline.tier == 1
     assert apply(proba, correct, costs, result.thresholds) == (0.25, 1.0)
+
+
+def test_routed_frontier_never_takes_a_tier_the_next_one_matches_in_cost() -> None:
+    """nvfp4 and w4a16 cost the same: the next tier's probability is at least the cheaper
+    one's, so the routed frontier sends nothing to nvfp4 and stays on or above the static
+    split (it started at all-nvfp4, below the uniform w4a16 point at the same cost)."""
+    rng = np.random.default_rng(11)
+    n = 2000
+    difficulty = rng.random(n)
+    levels = np.array([0.4, 0.7, 1.01])
+    correct = (difficulty[:, None] < levels).astype(float)
+    proba = np.column_stack([1 - difficulty, np.minimum(1.0, 1.4 - difficulty), np.ones(n)])
+    proba = np.maximum.accumulate(np.clip(proba, 0.0, 0.99), axis=1)
+    proba[:, -1] = 1.0
+    costs = (0.25, 0.25, 1.0)
+    routed, static = routed_frontier(proba, correct, costs), static_frontier(correct, costs)
+    assert np.all(routed.quality >= np.interp(routed.cost, static.cost, static.quality) - 1e-12)
+    for lam in routed.lam:
+        thresholds = thresholds_for(lam, costs)
+        assert thresholds[0] == 1.0
+    for i in range(len(routed.lam)):
+        cost, quality = apply(proba, correct, costs, thresholds_for(routed.lam[i], costs))
+        assert (cost, quality) == (pytest.approx(routed.cost[i]), pytest.approx(routed.quality[i]))
