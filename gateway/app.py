@@ -220,7 +220,8 @@ class Gateway:
         self.admission.max_request_s = runtime.settings.timeouts.total_s
         self.admission.configure(runtime.tenants.tenants)
         self.metrics.tenant_top_tier = {
-            name: tenant.top_tier for name, tenant in runtime.tenants.tenants.items()
+            name: runtime.tiers[tenant.top_tier].name
+            for name, tenant in runtime.tenants.tenants.items()
         }
         replaced = _replaced_tiers(old.tiers, runtime.tiers) if old is not None else {}
         taken: list[TierBackend] = []
@@ -252,7 +253,9 @@ class Gateway:
         self.metrics.uniform_floor_tier.clear()
         for name, routing in policy.routing.items():
             if routing.uniform_floor_tier is not None:
-                self.metrics.uniform_floor_tier[name] = routing.uniform_floor_tier
+                self.metrics.uniform_floor_tier[name] = runtime.tiers[
+                    routing.uniform_floor_tier
+                ].name
         shadow = runtime.settings.shadow
         if self.recalibrator is None:
             self.recalibrator = Recalibrator(

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from gateway import __version__
-from gateway.stats import EndpointSample, RequestRecord, TierSample
+from gateway.stats import EndpointSample, Ladder, RequestRecord, TierSample
 
 UNAUTHENTICATED: Final = "_unauthenticated"
 NO_TIER: Final = "_none"
@@ -298,10 +298,12 @@ class GatewayMetrics:
             multiprocess_mode="max",
         )
         self.build_info.labels(*labels.values()).set(1)
-        # Baseline per tenant for the uniform_floor savings: set by the router (alpha).
-        self.uniform_floor_tier: dict[str, int] = {}
-        # Baseline per tenant for the top_tier savings: the best tier it may use.
-        self.tenant_top_tier: dict[str, int] = {}
+        # Baseline tier per tenant, by name: a record keeps the ladder it was served under,
+        # and after a reload that changes the ladder an index would point at another tier.
+        # For the uniform_floor savings: set by the router (alpha).
+        self.uniform_floor_tier: dict[str, str] = {}
+        # For the top_tier savings: the best tier the tenant may use.
+        self.tenant_top_tier: dict[str, str] = {}
 
     def _child(self, metric: Any, *labels: str) -> Any:
         # Cache labelled children: `.labels()` validates and hashes on every call.
@@ -391,7 +393,7 @@ class GatewayMetrics:
             served_cost = tokens * costs[served]
             add(self.cost, (tenant, tier), served_cost)
             if reason != "pinned":  # the client chose the tier: routing saved nothing
-                self._credit_savings(add, tenant, tokens, served_cost, costs)
+                self._credit_savings(add, tenant, tokens, served_cost, ladder)
 
     def _credit_savings(
         self,
@@ -399,15 +401,18 @@ class GatewayMetrics:
         tenant: str,
         tokens: int,
         served_cost: float,
-        costs: tuple[float, ...],
+        ladder: Ladder,
     ) -> None:
-        top = self.tenant_top_tier.get(tenant, -1)
-        if top >= len(costs):  # recorded under a ladder a reload has since changed
-            top = -1
-        self._credit(add, tenant, "top_tier", tokens * costs[top], served_cost)
+        names, costs = ladder.names, ladder.costs
+        # A baseline tier missing from the record's ladder (served before a reload that
+        # added it): the ladder's top for top_tier, and no uniform_floor credit.
+        top = self.tenant_top_tier.get(tenant)
+        top_cost = costs[names.index(top)] if top in names else costs[-1]
+        self._credit(add, tenant, "top_tier", tokens * top_cost, served_cost)
         floor = self.uniform_floor_tier.get(tenant)
-        if floor is not None and floor < len(costs):
-            self._credit(add, tenant, "uniform_floor", tokens * costs[floor], served_cost)
+        if floor in names:
+            floor_cost = costs[names.index(floor)]
+            self._credit(add, tenant, "uniform_floor", tokens * floor_cost, served_cost)
 
     def record_shadow_cost(self, tenant: str, cost: float, routed: bool = True) -> None:
         """A shadow replay's estimated cost (off the hot path: counted at once). Replays of

@@ -24,8 +24,8 @@ def _one_step_of_counters(shadow_cost: float = 0.0) -> dict[str, float]:
     shadow replays costing `shadow_cost`."""
     registry = CollectorRegistry()
     metrics = GatewayMetrics(registry)
-    metrics.uniform_floor_tier["t"] = 1
-    metrics.tenant_top_tier["t"] = 2
+    metrics.uniform_floor_tier["t"] = "w4a16"
+    metrics.tenant_top_tier["t"] = "bf16"
     for served, reason in [(0, "router")] * 6 + [(2, "router")] * 2 + [(2, "pinned")]:
         metrics.record(
             RequestRecord(

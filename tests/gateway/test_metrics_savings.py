@@ -9,14 +9,14 @@ from gateway.stats import Ladder, RequestRecord
 
 
 def test_baselines_set_under_a_longer_ladder_do_not_break_the_flush() -> None:
-    """Baselines recorded for a three-tier ladder, a request served under the two-tier
-    ladder a reload left: the top_tier saving falls back to that ladder's top tier and the
-    uniform_floor one (its tier no longer exists) is not credited, instead of an IndexError
+    """Baselines set for a three-tier ladder (cheap, mid, top), a request served under the
+    two-tier ladder it had before (cheap, top): the top_tier saving falls back to that ladder's top tier and the
+    uniform_floor one (its tier is not in that ladder) is not credited, instead of an IndexError
     that loses every counter of the flush."""
     registry = CollectorRegistry()
     metrics = GatewayMetrics(registry)
-    metrics.tenant_top_tier["t"] = 2
-    metrics.uniform_floor_tier["t"] = 2
+    metrics.tenant_top_tier["t"] = "mid"
+    metrics.uniform_floor_tier["t"] = "mid"
     ladder = Ladder(names=("cheap", "top"), costs=(0.25, 1.0))
     record = RequestRecord(
         tenant="t",
@@ -37,3 +37,32 @@ def test_baselines_set_under_a_longer_ladder_do_not_break_the_flush() -> None:
 
     assert value("tiergate_estimated_savings_total", "top_tier") == 10 * (1.0 - 0.25)
     assert value("tiergate_estimated_savings_total", "uniform_floor") is None
+
+
+def test_baselines_are_the_named_tiers_of_the_ladder_a_request_was_served_under() -> None:
+    """A request served before a reload that changed the ladder is credited against the
+    baseline tiers' costs in its own ladder: the baselines were indices into the new ladder,
+    so a record of the old one was credited against whichever tier sat at that index."""
+    registry = CollectorRegistry()
+    metrics = GatewayMetrics(registry)
+    # After the reload: nvfp4, fp8, bf16; the floor is fp8, the top bf16.
+    metrics.tenant_top_tier["t"] = "bf16"
+    metrics.uniform_floor_tier["t"] = "fp8"
+    before = Ladder(
+        names=("nvfp4", "w4a16", "fp8", "fp16", "bf16"), costs=(0.25, 0.25, 0.5, 1.0, 1.0)
+    )
+    metrics.record(
+        RequestRecord(
+            tenant="t", kind="chat", ladder=before, status=200, decided_tier=0,
+            served_tier=0, reason="router", prompt_tokens=6, completion_tokens=4,
+        )
+    )  # fmt: skip
+    metrics.flush()
+
+    def baseline_cost(baseline: str) -> float | None:
+        return registry.get_sample_value(
+            "tiergate_estimated_baseline_cost_total", {"tenant": "t", "baseline": baseline}
+        )
+
+    assert baseline_cost("top_tier") == 10 * 1.0
+    assert baseline_cost("uniform_floor") == 10 * 0.5

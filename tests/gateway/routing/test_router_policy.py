@@ -166,7 +166,8 @@ def test_alpha_exports_routing_pays_and_the_floor_baseline(ladder: Ladder) -> No
         assert gw.metric("tiergate_routing_pays", {"tenant": "floor"}) == float(
             routing.routing_pays
         )
-        assert gw.app.metrics.uniform_floor_tier["floor"] == routing.uniform_floor_tier
+        floor_name = config.tiers[routing.uniform_floor_tier].name
+        assert gw.app.metrics.uniform_floor_tier["floor"] == floor_name
         reply = send(
             "POST",
             f"{gw.url}/v1/chat/completions",
