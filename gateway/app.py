@@ -237,6 +237,9 @@ class Gateway:
         self.health.interval_s = runtime.settings.resilience.health_interval_s
         self.observer.configure(runtime.settings)
         self.shadow.configure(runtime.settings, runtime.label_log)
+        self.metrics.forget_removed(
+            [tier.name for tier in runtime.tiers], runtime.tenants.tenants.keys()
+        )
         self._install_router(runtime)
         if old is not None:
             kept = {id(state) for tier in runtime.tiers for state in tier.endpoints}

@@ -8,7 +8,8 @@ The registry is injected; tests pass their own.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterator, Mapping
+import os
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any, Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -304,6 +305,36 @@ class GatewayMetrics:
         self.uniform_floor_tier: dict[str, str] = {}
         # For the top_tier savings: the best tier the tenant may use.
         self.tenant_top_tier: dict[str, str] = {}
+
+    def forget_removed(self, tiers: Collection[str], tenants: Collection[str]) -> None:
+        """Takes the gauges of tiers and tenants a reload removed out of /metrics: a gauge
+        keeps its last value for good, so a removed tier's calibration ECE would keep its
+        alert firing. Under --workers a series stays in the files once written: it reads 0."""
+        multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+        per_tier = (
+            self.regime_concurrency,
+            self.regime_prefix_share,
+            self.regime_repetitiveness,
+            self.flag_recommended,
+            self.flag_running,
+            self.flag_drift,
+            self.expected_cpt,
+            self.calibration_predicted,
+            self.calibration_observed,
+            self.calibration_ece,
+            self.calibration_drift,
+        )
+        for gauge in per_tier:
+            for family in gauge.collect():
+                for sample in family.samples:
+                    labels = sample.labels
+                    tenant = labels.get("tenant")
+                    if labels["tier"] in tiers and (tenant is None or tenant in tenants):
+                        continue
+                    if multiprocess:
+                        gauge.labels(**labels).set(0)
+                    else:
+                        gauge.remove_by_labels(labels)
 
     def _child(self, metric: Any, *labels: str) -> Any:
         # Cache labelled children: `.labels()` validates and hashes on every call.

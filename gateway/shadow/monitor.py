@@ -4,6 +4,7 @@ drift alarms. Pure bookkeeping over bounded windows of recent labels."""
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Final
 
@@ -64,6 +65,15 @@ class CalibrationMonitor:
             self.window = window
             for key, labels in self._labels.items():
                 self._labels[key] = deque(labels, maxlen=window)
+
+    def retain(self, tenants: Collection[str], tiers: Collection[str]) -> None:
+        """Drops the labels of tenants and tiers a reload removed: they would go on being
+        exported (a stale ECE keeps its alert firing) and listed."""
+        self._labels = {
+            key: labels
+            for key, labels in self._labels.items()
+            if key[0] in tenants and key[1] in tiers
+        }
 
     def add(self, tenant: str, tier: str, label: Label) -> None:
         key = (tenant, tier)

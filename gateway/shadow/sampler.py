@@ -189,6 +189,7 @@ class ShadowSampler:
         }
         # A reload keeps the labels and applies the new bounds (window, margin, min_labels).
         self.monitor.reconfigure(shadow.window, shadow.drift_margin, shadow.min_labels)
+        self.monitor.retain(self.rates.keys(), self.names)
         if label_log is not self._log and self._log is not None:
             self._log.close()
         if label_log is not None:  # the open log kept by a reload takes the new limits

@@ -502,3 +502,57 @@ def test_the_file_watch_sees_a_file_replaced_with_the_same_mtime(
 
     asyncio.run(main())
     assert app.reloads == 1 and app.runtime.settings.resilience.queue_size == 7
+
+
+def test_a_reload_takes_the_removed_tiers_and_tenants_out_of_metrics_and_views() -> None:
+    """A gauge keeps its last value for good: a tier (or tenant) a reload removed went on
+    exporting its calibration ECE (so its alert kept firing), flags and regime, and stayed
+    listed by /admin/shadow."""
+    from gateway.app import build_app
+    from gateway.shadow.monitor import Label
+
+    def settings(tiers: list[str], tenants: list[str]) -> Settings:
+        precisions = {"a": "nvfp4", "m": "w4a16", "b": "bf16"}
+        return parse_settings(
+            {
+                "model": MODEL,
+                "tiers": [
+                    {"name": n, "precision": precisions[n], "endpoints": ["http://127.0.0.1:9/v1"]}
+                    for n in tiers
+                ],
+                "tenants": [{"name": n, "api_keys": [f"sk-{n}"]} for n in tenants],
+            }
+        )
+
+    app = build_app(settings(["a", "m", "b"], ["t", "u"]), environ={})
+    for tenant, tier in (("t", "a"), ("t", "m"), ("u", "a")):
+        app.shadow.monitor.add(tenant, tier, Label(predicted=0.9, score=0.1, adequate=False, at=0))
+        app.shadow._export(tenant, tier)
+    for tier in ("a", "m"):
+        app.metrics.flag_drift.labels(tier, "prefix_caching").set(1)
+        app.metrics.regime_concurrency.labels(tier, "mean").set(3)
+    app.reload(settings(["a", "b"], ["t"]))
+    exported = app.exposition()[0].decode()
+    assert 'tiergate_calibration_ece{tenant="t",tier="a"}' in exported
+    assert 'tiergate_flag_drift{flag="prefix_caching",tier="a"} 1.0' in exported
+    assert 'tier="m"' not in exported and 'tenant="u"' not in exported
+    assert app.shadow.view() == {"t": {"a": app.shadow.view()["t"]["a"]}}
+
+
+def test_under_workers_a_removed_tiers_gauges_read_zero(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Multiprocess files keep a series once written (prometheus_client cannot remove it
+    there): the removed tier's gauges are set to 0 instead, so no alert stays firing."""
+    from prometheus_client import generate_latest
+
+    from gateway.app import build_app
+
+    app = build_app(unreachable_tiers(9), environ={})
+    app.metrics.calibration_ece.labels("t", "a").set(0.4)
+    app.metrics.flag_drift.labels("a", "speculative_decoding").set(1)
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    app.metrics.forget_removed(["b"], ["t"])
+    exported = generate_latest(app.registry).decode()
+    assert 'tiergate_calibration_ece{tenant="t",tier="a"} 0.0' in exported
+    assert 'tiergate_flag_drift{flag="speculative_decoding",tier="a"} 0.0' in exported
