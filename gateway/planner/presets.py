@@ -51,7 +51,9 @@ class HardwareSpec(_Frozen):
 class Checkpoint(_Frozen):
     """What `vllm serve` loads for one precision, and how vLLM is told about it."""
 
-    repo: str
+    # The positional model argument of `vllm serve` (a hub name or a local path): a leading
+    # "-" would be read as a flag and whitespace splits it, so neither is a checkpoint.
+    repo: str = Field(pattern=r"^[^\s-]\S*$")
     # One word in vLLM's naming (fp8, compressed-tensors, modelopt_fp4): it lands in a shell
     # line and a container's argv, where a value such as "--no-enable-prefix-caching" or
     # "fp8 --trust-remote-code" would be read as more flags, and an empty one fails at start.
@@ -82,7 +84,7 @@ class ModelSpec(_Frozen):
     # it was started with --enable-auto-tool-choice and the model's --tool-call-parser.
     tool_call_parser: str | None = Field(
         default=None,
-        pattern=r"^[A-Za-z0-9_.-]+$",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",  # no leading "-": it would be a flag
         description="value for --tool-call-parser (with --enable-auto-tool-choice); None "
         "leaves tool calling off, and vLLM then refuses requests with tools",
     )

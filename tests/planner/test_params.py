@@ -132,3 +132,19 @@ def test_a_checkpoints_quantization_is_one_word(quantization: str) -> None:
 def test_vllms_quantization_names_are_accepted(quantization: str) -> None:
     checkpoint = settings_from_yaml(_bf16_checkpoint(quantization)).model.checkpoints["bf16"]
     assert checkpoint.quantization == quantization
+
+
+@pytest.mark.parametrize("repo", ["", "--trust-remote-code", "me/x --trust-remote-code", " me/x"])
+def test_a_checkpoints_repo_is_one_argument_and_no_flag(repo: str) -> None:
+    """`vllm serve REPO`: an empty repo, a flag or a value with whitespace renders a line
+    that serves something else or fails at start."""
+    with pytest.raises(ValidationError, match="repo"):
+        settings_from_yaml(
+            f"model: {{preset: qwen3-30b-a3b, checkpoints: {{bf16: {{repo: '{repo}'}}}}}}"
+        )
+
+
+@pytest.mark.parametrize("repo", ["Qwen/Qwen3-30B-A3B", "/models/qwen3-30b", "./ckpt", "org/x@v1"])
+def test_hub_names_and_local_paths_are_checkpoint_repos(repo: str) -> None:
+    text = f"model: {{preset: qwen3-30b-a3b, checkpoints: {{bf16: {{repo: '{repo}'}}}}}}"
+    assert settings_from_yaml(text).model.checkpoints["bf16"].repo == repo

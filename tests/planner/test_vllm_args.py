@@ -140,4 +140,6 @@ def test_a_tool_call_parser_is_one_word() -> None:
     data = model_preset("qwen3-30b-a3b").model_dump()
     with pytest.raises(ValueError, match="tool_call_parser"):
         type(MODEL).model_validate({**data, "tool_call_parser": "hermes --api-key x"})
+    with pytest.raises(ValueError, match="tool_call_parser"):  # a flag, not a parser
+        type(MODEL).model_validate({**data, "tool_call_parser": "--trust-remote-code"})
     assert type(MODEL).model_validate({**data, "tool_call_parser": "llama3_json"})
