@@ -120,7 +120,8 @@ class ChatCompletionRequest(SamplingFields):
     tool_choice: str | dict[str, Any] | None = None
     response_format: dict[str, Any] | None = None
     logprobs: bool | None = None
-    top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
+    # -1 is the whole vocabulary; the upper bound is the engine's --max-logprobs, its 400.
+    top_logprobs: Annotated[int, Field(ge=-1)] | None = None
 
 
 class CompletionRequest(SamplingFields):
@@ -130,7 +131,7 @@ class CompletionRequest(SamplingFields):
     max_tokens: Annotated[int, Field(ge=0)] | None = None
     echo: bool | None = None
     suffix: str | None = None
-    logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
+    logprobs: Annotated[int, Field(ge=-1)] | None = None  # as top_logprobs
     best_of: PositiveInt | None = None
 
 

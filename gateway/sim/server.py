@@ -60,6 +60,9 @@ Route = Callable[[Scope, Receive, Send], Awaitable[None]]
 GUARDED_PREFIXES: Final = ("/v1", "/v2", "/inference", "/cohere")
 # vLLM's _SAMPLING_EPS: a temperature below it is greedy sampling.
 GREEDY_TEMPERATURE_EPS: Final = 1e-5
+# vLLM's --max-logprobs default: more alternatives per token (-1 is the whole vocabulary)
+# is the engine's 400, not the request schema's.
+MAX_LOGPROBS: Final = 20
 _VLLM_ERROR_TYPES = {
     400: "BadRequestError",
     404: "NotFoundError",
@@ -793,7 +796,7 @@ def _top_logprobs(kind: EndpointKind, request: dict[str, Any]) -> int | None:
     """How many alternatives per token the request wants, None for no logprobs at all."""
     if kind == "completions":
         value = request.get("logprobs")
-        return None if value is None else int(value)
+        return None if value is None else _within_max_logprobs(int(value))
     top = request.get("top_logprobs")
     if request.get("logprobs") is not True:
         if top:
@@ -801,7 +804,19 @@ def _top_logprobs(kind: EndpointKind, request: dict[str, Any]) -> int | None:
                 400, "when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs"
             )
         return None
-    return int(top or 0)
+    return _within_max_logprobs(int(top or 0))
+
+
+def _within_max_logprobs(top: int) -> int:
+    wanted = tokenizer.VOCAB_SIZE if top == -1 else top
+    if wanted > MAX_LOGPROBS:
+        raise SimError(
+            400,
+            f"Requested sample logprobs of {wanted}, which is greater than max allowed: "
+            f"{MAX_LOGPROBS}",
+            "logprobs",
+        )
+    return top
 
 
 async def _read(receive: Receive) -> bytes:

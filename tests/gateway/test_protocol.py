@@ -303,3 +303,21 @@ def test_a_seed_outside_vllms_signed_64_bit_range_is_refused_naming_it(
 def test_a_seed_inside_the_signed_64_bit_range_passes(kind: EndpointKind, seed: int) -> None:
     body = json.dumps({**SEEDED_REQUESTS[kind], "seed": seed}).encode()
     assert parse_request(kind, body, RequestLimits())["seed"] == seed
+
+
+@pytest.mark.parametrize(
+    ("kind", "field", "extra"),
+    [("chat", "top_logprobs", {"logprobs": True}), ("completions", "logprobs", {})],
+)
+def test_logprobs_counts_are_bounded_by_the_engine_not_the_gateway(
+    kind: EndpointKind, field: str, extra: dict[str, Any]
+) -> None:
+    """vLLM takes any count up to its --max-logprobs (which may be raised, or -1 for no
+    limit) and -1 for the whole vocabulary: the gateway refused 21 and -1 itself."""
+    base = {**SEEDED_REQUESTS[kind], **extra}
+    for count in (-1, 0, 21, 500):
+        body = json.dumps({**base, field: count}).encode()
+        assert parse_request(kind, body, RequestLimits())[field] == count
+    with pytest.raises(InvalidRequestError) as caught:
+        parse_request(kind, json.dumps({**base, field: -2}).encode(), RequestLimits())
+    assert caught.value.param == field

@@ -214,6 +214,8 @@ def test_stop_strings_as_vllms(both: Pair) -> None:
         ("/v1/completions", {**TEXT, "n": 2}),
         ("/v1/completions", {**TEXT, "suffix": "the end"}),
         ("/v1/chat/completions", {**CHAT, "stream_options": {"include_usage": True}}),
+        ("/v1/chat/completions", {**CHAT, "logprobs": True, "top_logprobs": 21}),
+        ("/v1/completions", {**TEXT, "logprobs": -1}),
     ],
     ids=[
         "top_logprobs-without-logprobs",
@@ -223,6 +225,8 @@ def test_stop_strings_as_vllms(both: Pair) -> None:
         "greedy-with-n-2",
         "suffix",
         "stream_options-without-stream",
+        "top_logprobs-over-max-logprobs",
+        "logprobs-of-the-whole-vocabulary",
     ],
 )
 def test_the_same_client_errors(both: Pair, path: str, body: dict[str, Any]) -> None:

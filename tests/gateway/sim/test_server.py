@@ -261,6 +261,28 @@ def test_min_tokens_above_max_tokens_is_a_400(path: str) -> None:
     run(check)
 
 
+@pytest.mark.parametrize("path", [CHAT, COMPLETIONS])
+def test_more_logprobs_than_the_engines_max_is_its_400(path: str) -> None:
+    """The upper bound is vLLM's --max-logprobs (20 by default; -1 asks for the whole
+    vocabulary), checked by the engine, not by the request schema."""
+
+    def body(top: int) -> dict[str, Any]:
+        return chat(logprobs=True, top_logprobs=top) if path == CHAT else completion(logprobs=top)
+
+    async def check(server: SimServer) -> None:
+        assert (await call(server, "POST", path, body(20))).status == 200
+        error = assert_vllm_400(await call(server, "POST", path, body(21)))
+        assert (
+            error["message"]
+            == "Requested sample logprobs of 21, which is greater than max allowed: 20"
+        )
+        assert error["param"] == "logprobs"
+        whole = assert_vllm_400(await call(server, "POST", path, body(-1)))
+        assert whole["message"].startswith("Requested sample logprobs of 50000,")
+
+    run(check)
+
+
 @pytest.mark.parametrize("temperature", [0, 1e-6])
 def test_n_choices_under_greedy_sampling_are_a_400(temperature: float) -> None:
     async def check(server: SimServer) -> None:
