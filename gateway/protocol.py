@@ -124,8 +124,12 @@ class ChatCompletionRequest(SamplingFields):
     top_logprobs: Annotated[int, Field(ge=-1)] | None = None
 
 
+TokenId = Annotated[int, Field(ge=0)]
+
+
 class CompletionRequest(SamplingFields):
-    prompt: str | list[str] | list[int] | list[list[int]]
+    # Token ids are never negative (vLLM's schema; its engine refuses ids past the vocabulary).
+    prompt: str | list[str] | list[TokenId] | list[list[TokenId]]
     # 0 only with echo: the prompt's own logprobs, nothing generated (how evaluation
     # harnesses score a prompt); `parse_request` checks the pair.
     max_tokens: Annotated[int, Field(ge=0)] | None = None
@@ -456,8 +460,10 @@ def nesting_depth(json_text: bytes) -> int:
 def _as_invalid_request(exc: ValidationError) -> InvalidRequestError:
     # A union (content: a string or a list of parts) fails once per member; the error that
     # got deepest into the value names what is actually wrong (content.0.text, not content).
+    # At equal depth, one of the right type but a wrong value (a token id of -1: not "should
+    # be a valid string") is about the member the client meant.
     errors = exc.errors(include_url=False)
-    first = max(errors, key=lambda error: len(_path(error)))
+    first = max(errors, key=lambda error: (len(_path(error)), not error["type"].endswith("_type")))
     path = _path(first)
     param = ".".join(path) if path else None
     message = first["msg"]

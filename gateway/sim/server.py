@@ -765,10 +765,37 @@ def _refuse_unsupported(kind: EndpointKind, request: dict[str, Any]) -> None:
     choices = request.get("n") or 1
     if choices > 1 and _is_greedy(request.get("temperature")):
         raise SimError(400, f"n must be 1 when using greedy sampling, got {choices}.")
+    response_format = request.get("response_format")
+    if response_format is not None and (
+        not isinstance(response_format, dict)
+        or response_format.get("type") not in _RESPONSE_FORMATS
+    ):
+        raise SimError(
+            400,
+            f"response_format type must be one of {', '.join(_RESPONSE_FORMATS)}",
+            "response_format",
+        )
     if kind != "completions":
         return
     if request.get("suffix") is not None:
         raise SimError(400, "suffix is not currently supported", "suffix")
+    for ids in _token_id_prompts(request["prompt"]):
+        # vLLM's renderer (a negative id is already its schema's 400, and parse_request's).
+        if max(ids) >= tokenizer.VOCAB_SIZE:
+            raise SimError(400, f"Token id {max(ids)} is out of vocabulary")
+
+
+# What vLLM's request models take as response_format's type (a Literal per variant).
+_RESPONSE_FORMATS: Final = ("text", "json_object", "json_schema", "structural_tag")
+
+
+def _token_id_prompts(prompt: str | list[Any]) -> list[list[int]]:
+    """The prompts of token ids in a completions request's `prompt`."""
+    if isinstance(prompt, str) or not prompt:
+        return []
+    if all(isinstance(item, int) for item in prompt):
+        return [prompt]
+    return [item for item in prompt if isinstance(item, list) and item]
 
 
 def _refuse_min_tokens_above(max_tokens: int, min_tokens: Any) -> None:

@@ -321,3 +321,14 @@ def test_logprobs_counts_are_bounded_by_the_engine_not_the_gateway(
     with pytest.raises(InvalidRequestError) as caught:
         parse_request(kind, json.dumps({**base, field: -2}).encode(), RequestLimits())
     assert caught.value.param == field
+
+
+@pytest.mark.parametrize(("prompt", "param"), [([-1], "prompt.0"), ([[1], [2, -3]], "prompt.1.1")])
+def test_a_negative_token_id_is_refused_naming_it(prompt: list[Any], param: str) -> None:
+    """vLLM's schema takes token ids >= 0. The message is about the id, not about the
+    string the union's first member wanted there."""
+    body = json.dumps({"model": "m", "prompt": prompt}).encode()
+    with pytest.raises(InvalidRequestError) as caught:
+        parse_request("completions", body, RequestLimits())
+    assert caught.value.param == param
+    assert caught.value.message.endswith("Input should be greater than or equal to 0.")

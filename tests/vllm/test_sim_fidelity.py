@@ -216,6 +216,8 @@ def test_stop_strings_as_vllms(both: Pair) -> None:
         ("/v1/chat/completions", {**CHAT, "stream_options": {"include_usage": True}}),
         ("/v1/chat/completions", {**CHAT, "logprobs": True, "top_logprobs": 21}),
         ("/v1/completions", {**TEXT, "logprobs": -1}),
+        ("/v1/completions", {**TEXT, "prompt": [-1]}),
+        ("/v1/chat/completions", {**CHAT, "response_format": {"type": "xml"}}),
     ],
     ids=[
         "top_logprobs-without-logprobs",
@@ -227,6 +229,8 @@ def test_stop_strings_as_vllms(both: Pair) -> None:
         "stream_options-without-stream",
         "top_logprobs-over-max-logprobs",
         "logprobs-of-the-whole-vocabulary",
+        "negative-token-id",
+        "unknown-response-format",
     ],
 )
 def test_the_same_client_errors(both: Pair, path: str, body: dict[str, Any]) -> None:

@@ -283,6 +283,42 @@ def test_more_logprobs_than_the_engines_max_is_its_400(path: str) -> None:
     run(check)
 
 
+@pytest.mark.parametrize(
+    ("prompt", "message"),
+    [
+        ([5, 50_000], "Token id 50000 is out of vocabulary"),
+        ([[1, 2], [3, 70_000]], "Token id 70000 is out of vocabulary"),
+        ([-1], "Invalid value for 'prompt.0': Input should be greater than or equal to 0."),
+        (
+            [[1], [3, -7]],
+            "Invalid value for 'prompt.1.1': Input should be greater than or equal to 0.",
+        ),
+    ],
+)
+def test_a_token_id_out_of_the_vocabulary_is_a_400(prompt: list[Any], message: str) -> None:
+    async def check(server: SimServer) -> None:
+        error = assert_vllm_400(await call(server, "POST", COMPLETIONS, completion(prompt=prompt)))
+        assert error["message"] == message
+        fits = completion(prompt=[0, 49_999])
+        assert (await call(server, "POST", COMPLETIONS, fits)).status == 200
+
+    run(check)
+
+
+@pytest.mark.parametrize("path", [CHAT, COMPLETIONS])
+@pytest.mark.parametrize("response_format", [{"type": "xml"}, {}, "json"])
+def test_a_response_format_vllm_has_no_model_for_is_a_400(path: str, response_format: Any) -> None:
+    async def check(server: SimServer) -> None:
+        make = chat if path == CHAT else completion
+        body = make(response_format=response_format)
+        assert assert_vllm_400(await call(server, "POST", path, body))["param"] == "response_format"
+        assert (
+            await call(server, "POST", path, make(response_format={"type": "text"}))
+        ).status == 200
+
+    run(check)
+
+
 @pytest.mark.parametrize("temperature", [0, 1e-6])
 def test_n_choices_under_greedy_sampling_are_a_400(temperature: float) -> None:
     async def check(server: SimServer) -> None:
