@@ -61,11 +61,21 @@ def _settings(config: Path | None, port: int | None, sim_base_port: int = 9001):
     except ConfigError as exc:
         typer.echo(f"tiergate: {exc}", err=True)
         raise typer.Exit(2) from None
-    if port is not None:
-        settings = settings.model_copy(
-            update={"server": settings.server.model_copy(update={"port": port})}
-        )
-    return settings
+    return port_override(port)(settings)
+
+
+def port_override(port: int | None) -> Callable[[Settings], Settings]:
+    """What --port changes in a configuration. Applied to every reload of the file too: the
+    file's own port would otherwise differ from the running one, and each reload, even of an
+    unchanged file, would warn that the server settings wait for a restart."""
+
+    def apply(settings: Settings) -> Settings:
+        if port is None:
+            return settings
+        server = settings.server.model_copy(update={"port": port})
+        return settings.model_copy(update={"server": server})
+
+    return apply
 
 
 @contextlib.contextmanager
@@ -212,7 +222,7 @@ def up(
                     policy_factory=build_policy,
                     config_path=given_config_path(config),
                     watch_config=True,
-                    adjust_loaded=with_options,
+                    adjust_loaded=lambda loaded: with_options(port_override(port)(loaded)),
                 )
             keys = [k.get_secret_value() for t in settings.tenants for k in t.api_keys]
             key = next((k for k in keys if not k.startswith("sha256:")), "<your key>")
@@ -282,7 +292,13 @@ def serve(
     exit_on_sigterm()
     clear_multiprocess_dir()
     with config_errors_exit():
-        app = build_app(settings, policy_factory=build_policy, config_path=path, watch_config=True)
+        app = build_app(
+            settings,
+            policy_factory=build_policy,
+            config_path=path,
+            watch_config=True,
+            adjust_loaded=port_override(port),
+        )
     freeze_startup_heap()
     run_event_loop(_serve(app, host or settings.server.host, settings.server.port))
 

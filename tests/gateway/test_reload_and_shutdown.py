@@ -392,6 +392,22 @@ def test_a_reload_keeps_what_up_options_changed(tmp_path: Path) -> None:
     assert app.runtime.settings.shadow.rate == 0.5
 
 
+def test_a_reload_of_an_unchanged_file_under_serve_port_warns_of_nothing(
+    tmp_path: Path,
+) -> None:
+    """`serve --port` runs on a port the file does not name: every reload, even of the same
+    file, logged that the server settings had changed and waited for a restart."""
+    settings = unreachable_tiers(10, admin={"token": ADMIN})
+    path = write_settings(tmp_path / "tiergate.yaml", settings)
+    log = tmp_path / "gateway.log"
+    with GatewayProcess(path, port=19260, log_path=log) as gw:
+        status, _ = post(f"{gw.url}/admin/reload", {}, ADMIN)
+        assert status == 200
+    text = log.read_text()
+    assert "configuration reloaded" in text
+    assert "server settings" not in text, text
+
+
 def test_the_file_watcher_outlives_a_reload_that_fails_unexpectedly(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
