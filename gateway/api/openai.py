@@ -16,6 +16,7 @@ from gateway.errors import (
     InvalidRequestError,
     RateLimitError,
     RequestTimeoutError,
+    ServiceUnavailableError,
     TiergateError,
     UnsupportedMediaTypeError,
 )
@@ -109,22 +110,16 @@ class GenerationHandler:
                     *exc.headers(),
                 ]
                 await channel.respond(exc.status, headers, exc.body())
+        except asyncio.CancelledError:
+            if not await _answer_cut_by_shutdown(channel, record):
+                raise
         except Exception:
             # A defect in the gateway, never the client's doing: logged with its traceback,
             # counted as a 500 and answered in OpenAI's shape (not the server's plain text).
             log.exception(
                 "internal error serving %s request %s", self.kind, record.request_id.decode()
             )
-            record.status = 500
-            if not channel.started:
-                error = TiergateError(
-                    "Internal error in the gateway; it has been logged.", code="internal_error"
-                )
-                headers = [
-                    (b"content-type", b"application/json"),
-                    (REQUEST_ID_HEADER, record.request_id),
-                ]
-                await channel.respond(500, headers, error.body())
+            await _answer_defect(channel, record)
         finally:
             record.duration_s = time.perf_counter() - started
             channel.close()
@@ -166,6 +161,47 @@ class RequestHeaders(NamedTuple):
     pin: bytes | None
     encoding: bytes | None  # Content-Encoding
     upgrade: bytes | None
+
+
+# A request the shutdown cut before it was served never reached a tier's answer: safe to
+# send again (the SDKs retry a 503), to a replica that is not shutting down.
+_SHUTDOWN: Final = ServiceUnavailableError(
+    "The gateway shut down before the request was served; send it again.", retry_after_s=1
+)
+
+
+async def _answer_cut_by_shutdown(channel: ClientChannel, record: RequestRecord) -> bool:
+    """Past the graceful shutdown's limit the server cancels what still runs, and answers a
+    request left without a response by a plain-text 500 without a request id: answered here
+    instead, True; False when the response had begun or the client had left."""
+    if channel.started or channel.disconnected:
+        return False
+    record.status = 503
+    headers = [
+        (b"content-type", b"application/json"),
+        (REQUEST_ID_HEADER, record.request_id),
+        (b"connection", b"close"),
+        *_SHUTDOWN.headers(),
+    ]
+    await channel.respond(503, headers, _SHUTDOWN.body())
+    log.warning(
+        "request %s: cut by the shutdown's time limit before it was served",
+        record.request_id.decode(),
+    )
+    task = asyncio.current_task()
+    if task is not None:
+        task.uncancel()  # answered: the cancellation has done its work
+    return True
+
+
+async def _answer_defect(channel: ClientChannel, record: RequestRecord) -> None:
+    record.status = 500
+    if not channel.started:
+        error = TiergateError(
+            "Internal error in the gateway; it has been logged.", code="internal_error"
+        )
+        headers = [(b"content-type", b"application/json"), (REQUEST_ID_HEADER, record.request_id)]
+        await channel.respond(500, headers, error.body())
 
 
 def _read_headers(headers: list[tuple[bytes, bytes]]) -> RequestHeaders:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import threading
@@ -572,3 +573,73 @@ def test_under_workers_a_removed_tiers_gauges_read_zero(
     exported = generate_latest(app.registry).decode()
     assert 'tiergate_calibration_ece{tenant="t",tier="a"} 0.0' in exported
     assert 'tiergate_flag_drift{flag="speculative_decoding",tier="a"} 0.0' in exported
+
+
+def test_a_request_the_shutdown_limit_cuts_before_its_answer_gets_an_openai_503() -> None:
+    """Past the graceful shutdown's 30 s uvicorn cancels what still runs, and answers a
+    request left without a response by a plain-text 500 with no request id (review AV)."""
+    from gateway.app import build_app
+
+    async def main() -> list[dict[str, Any]]:
+        held: list[asyncio.StreamWriter] = []
+
+        async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                if head.startswith(b"POST /v1/chat/completions"):
+                    held.append(writer)  # the request: never answered
+                    await asyncio.Event().wait()
+                # health checks: healthy
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}")
+
+        engine = await asyncio.start_server(hold, "127.0.0.1", 0)
+        port = engine.sockets[0].getsockname()[1]
+        app = build_app(unreachable_tiers(port), environ={})
+        lifespan: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        await lifespan.put({"type": "lifespan.startup"})
+        events: list[dict[str, Any]] = []
+
+        async def lifespan_send(message: dict[str, Any]) -> None:
+            events.append(message)
+
+        life = asyncio.create_task(app({"type": "lifespan"}, lifespan.get, lifespan_send))
+        while not events:
+            await asyncio.sleep(0.01)
+        body = json.dumps({"model": f"{MODEL}@b", "messages": [{"role": "user", "content": "hi"}]})
+        sent: list[dict[str, Any]] = []
+        delivered = asyncio.Event()
+
+        async def receive() -> dict[str, Any]:
+            if not delivered.is_set():
+                delivered.set()
+                return {"type": "http.request", "body": body.encode(), "more_body": False}
+            await asyncio.Event().wait()  # the client stays
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        scope = {
+            "type": "http",
+            "method": "POST",
+            "path": "/v1/chat/completions",
+            "raw_path": b"/v1/chat/completions",
+            "query_string": b"",
+            "headers": [(b"authorization", f"Bearer {API_KEY}".encode())],
+        }
+        request = asyncio.create_task(app(scope, receive, send))
+        while not held:  # the tier has the request
+            await asyncio.sleep(0.01)
+        request.cancel(msg="Task cancelled, timeout graceful shutdown exceeded")
+        await request  # answered, not re-raised: uvicorn would log it as a crash
+        await lifespan.put({"type": "lifespan.shutdown"})
+        await life
+        engine.close()
+        return sent
+
+    sent = asyncio.run(asyncio.wait_for(main(), 30))
+    start, answer = sent
+    headers = dict(start["headers"])
+    assert start["status"] == 503 and headers[b"x-request-id"]
+    assert headers[b"retry-after"] == b"1"
+    assert json.loads(answer["body"])["error"]["code"] == "service_unavailable"
