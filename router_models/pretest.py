@@ -160,8 +160,12 @@ def _curve_savings(
     dc: float,
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Per row of `weights` (request multiplicities), in cost units: the static split's cost
-    minus the router curve's at the kink quality (every hard request up), and the largest such
+    minus the kink policy's (every hard request up, at the kink quality), and the largest such
     gap along the curve. NaN where the top tier is no better than the cheapest.
+
+    The kink policy costs the hard share of dc: the curve's first point at the kink quality can
+    be cheaper (the least risky hard requests may gain nothing), and saving against it is not
+    the dC* whose interval this is.
     """
     total = weights.sum(axis=1)
     gain = correct[:, 1] - correct[:, 0]
@@ -178,14 +182,7 @@ def _curve_savings(
         static = np.where(gap > 0, np.clip((quality - q0[:, None]) / gap, 0.0, 1.0), np.nan)
         static_kink = np.where(gap[:, 0] > 0, np.clip((kink - q0) / gap[:, 0], 0.0, 1.0), np.nan)
     largest = np.max(static - share, axis=1) * dc
-    rows = np.arange(len(total))
-    first = np.argmax(quality >= kink[:, None] - 1e-12, axis=1)
-    prev = np.maximum(first - 1, 0)
-    q_lo, q_hi = quality[rows, prev], quality[rows, first]
-    s_lo, s_hi = share[rows, prev], share[rows, first]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        step = np.clip(np.where(q_hi > q_lo, (kink - q_lo) / (q_hi - q_lo), 0.0), 0.0, 1.0)
-    routed = np.where(first == 0, 0.0, s_lo + (s_hi - s_lo) * step)
+    routed = weights @ hard / total
     return (
         np.asarray((static_kink - routed) * dc, dtype=np.float64),
         np.asarray(largest, dtype=np.float64),

@@ -454,3 +454,24 @@ def test_routed_frontier_never_takes_a_tier_the_next_one_matches_in_cost() -> No
     for i in range(len(routed.lam)):
         cost, quality = apply(proba, correct, costs, thresholds_for(routed.lam[i], costs))
         assert (cost, quality) == (pytest.approx(routed.cost[i]), pytest.approx(routed.quality[i]))
+
+
+def test_the_predicted_interval_brackets_the_kink_saving_not_the_curve_at_its_quality() -> None:
+    """Paper A's dC* is what the kink policy (every hard request up) saves. Here the least
+    risky half of the hard group gains nothing from the top tier, so the router's curve reaches
+    the kink's quality at half the hard share: read there, the "predicted" interval was
+    (0.31, 0.39) around a predicted saving of 0.2, which it did not contain."""
+    reps = 50
+    risk = np.r_[np.full(6 * reps, 0.1), np.linspace(0.5, 0.8, 4 * reps)]
+    n = risk.size
+    top, cheap = np.ones(n), np.ones(n)
+    cheap[:reps] = 0.0  # one easy request in six loses: eps = 1/6
+    cheap[risk >= 0.65] = 0.0  # the riskier half of the hard group loses: delta = 1/2
+    test = pretest(np.c_[1.0 - risk, np.ones(n)], np.c_[cheap, top], COSTS)
+    expected = two_type_saving(0.6, 1.0 / 6.0, 0.5, COSTS[1] - COSTS[0])
+    assert test.p == pytest.approx(0.6)
+    assert test.eps == pytest.approx(1.0 / 6.0) and test.delta == pytest.approx(0.5)
+    assert test.predicted_saving == pytest.approx(expected) == pytest.approx(0.2)
+    low, high = test.predicted_ci
+    assert low < test.predicted_saving < high
+    assert test.measured_saving == pytest.approx(0.35)  # the curve's best point saves more
