@@ -431,10 +431,13 @@ class ShadowSampler:
             self.metrics.shadow_scored.labels(
                 exchange.tenant, tier, "true" if adequate else "false"
             ).inc()
-        self.monitor.add(
-            exchange.tenant, tier, Label(predicted, exchange.score, adequate, self.clock())
-        )
-        self._export(exchange.tenant, tier)
+        # A reload may have removed the tenant while the exchange waited or replayed: its
+        # calibration series are gone, and a label would bring them back for good.
+        if exchange.tenant in self.rates:
+            self.monitor.add(
+                exchange.tenant, tier, Label(predicted, exchange.score, adequate, self.clock())
+            )
+            self._export(exchange.tenant, tier)
         for sink in self.sinks:
             sink.label(exchange.tenant, labelled, exchange, adequate)
         if self._log is not None:

@@ -643,3 +643,53 @@ def test_a_request_the_shutdown_limit_cuts_before_its_answer_gets_an_openai_503(
     assert start["status"] == 503 and headers[b"x-request-id"]
     assert headers[b"retry-after"] == b"1"
     assert json.loads(answer["body"])["error"]["code"] == "service_unavailable"
+
+
+def test_a_shadow_label_of_a_tenant_removed_while_it_was_judged_stays_out() -> None:
+    """An exchange queued (or replaying) when a reload removed its tenant was still labelled
+    afterwards: its calibration series came back into /metrics and /admin/shadow, where no
+    later reload took them out again."""
+    import orjson
+
+    from gateway.app import build_app
+    from gateway.stats import CompletedExchange
+
+    def settings(tenants: list[str]) -> Settings:
+        return parse_settings(
+            {
+                "model": MODEL,
+                "tiers": [
+                    {"name": n, "precision": p, "endpoints": ["http://127.0.0.1:9/v1"]}
+                    for n, p in (("a", "nvfp4"), ("b", "bf16"))
+                ],
+                "tenants": [{"name": n, "api_keys": [f"sk-{n}"]} for n in tenants],
+                "shadow": {"rate": 1.0, "assume_deterministic": True},
+            }
+        )
+
+    app = build_app(settings(["t", "u"]), environ={})
+    answer = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}}]}
+    exchange = CompletedExchange(
+        tenant="u",
+        kind="chat",
+        tier="a",
+        tier_index=0,
+        request={"messages": [{"role": "user", "content": "hi"}]},
+        body=orjson.dumps(answer),
+        probability=0.9,
+        probabilities=(0.9, 1.0),
+        reason="router",
+        score=0.5,
+    )
+
+    async def replayed(*_: Any) -> str:
+        app.reload(settings(["t"]))  # the reload lands while the replay is out
+        return "no"
+
+    app.shadow._fetch = replayed  # type: ignore[method-assign,assignment]
+    asyncio.run(app.shadow.evaluate(exchange))
+    exported = app.exposition()[0].decode().splitlines()
+    calibration = [line for line in exported if line.startswith("tiergate_calibration_")]
+    assert 'tiergate_shadow_labels_total{adequate="false",tenant="u",tier="a"} 1.0' in exported
+    assert not [line for line in calibration if 'tenant="u"' in line]
+    assert "u" not in app.shadow.view()
