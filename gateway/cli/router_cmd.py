@@ -488,8 +488,8 @@ def _as_given(path: Any, out: Path) -> Any:
     (`.{out.name}.` and a random suffix, beside it)."""
     if not isinstance(path, str | os.PathLike):
         return path
-    try:
-        parts = Path(path).relative_to(out.parent).parts
+    try:  # both absolute: from Python 3.12 mkdtemp returns an absolute path for a relative dir
+        parts = Path(path).absolute().relative_to(out.parent.absolute()).parts
     except ValueError:
         return path
     if not parts or not parts[0].startswith(f".{out.name}."):

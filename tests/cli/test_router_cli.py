@@ -602,3 +602,25 @@ def test_a_write_that_fails_names_the_out_path_not_the_scratch_directory(
     result = runner.invoke(app, train)
     assert result.exit_code == 2, result.stderr
     assert f"'{out / 'report.json'}'" in result.stderr and "/.m." not in result.stderr
+
+
+def test_a_relative_out_is_named_as_given_when_the_scratch_path_is_absolute(
+    data_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From Python 3.12 `tempfile.mkdtemp` returns an absolute path whatever `dir` is: with a
+    relative --out the scratch path then did not lie under `out.parent` as given, and the
+    error named the scratch directory after all."""
+    import os
+    import tempfile
+
+    mkdtemp = tempfile.mkdtemp
+    monkeypatch.setattr(tempfile, "mkdtemp", lambda **kw: os.path.abspath(mkdtemp(**kw)))
+    monkeypatch.chdir(tmp_path)
+    train = ["router", "train", "--data", str(data_file), "--tiers", TIERS, "--out", "m"]
+    assert runner.invoke(app, train).exit_code == 0
+    (tmp_path / "m" / "report.json").unlink()
+    (tmp_path / "m" / "report.json").mkdir()  # an earlier model's file is now a directory
+    (tmp_path / "m" / "report.json" / "keep").write_text("x")
+    result = runner.invoke(app, train)
+    assert result.exit_code == 2, result.stderr
+    assert "'m/report.json'" in result.stderr and "/.m." not in result.stderr
