@@ -31,6 +31,7 @@ __all__ = [
     "Frontier",
     "UniformPoint",
     "routed_frontier",
+    "saves_on_next",
     "static_frontier",
     "thin",
     "thresholds_for",
@@ -85,11 +86,11 @@ def thresholds_for(lam: float, costs: Sequence[float]) -> tuple[float, ...]:
     top = costs[-1]
     return tuple(
         min(1.0, max(0.0, 1.0 - lam * (top - c))) if saves else 1.0
-        for c, saves in zip(costs[:-1], _saves_on_next(costs), strict=True)
+        for c, saves in zip(costs[:-1], saves_on_next(costs), strict=True)
     )
 
 
-def _saves_on_next(costs: Sequence[float]) -> list[bool]:
+def saves_on_next(costs: Sequence[float]) -> list[bool]:
     """Per non-top tier: whether it is cheaper than the next tier up. One that costs the same
     (nvfp4 and w4a16 read the same bytes) is never worth taking: the next tier's probability
     is at least its own (calibration is monotone along the ladder) at no extra cost, and the
@@ -145,7 +146,7 @@ def routed_frontier(
     if p.shape != c.shape:
         raise ValueError(f"proba has shape {p.shape}, correct {c.shape}")
     cost = np.asarray(costs, dtype=np.float64)
-    gap = np.where(_saves_on_next(costs), cost[-1] - cost[:-1], 0.0)
+    gap = np.where(saves_on_next(costs), cost[-1] - cost[:-1], 0.0)
     # (n, K-1): multiplier at which tier k becomes acceptable; never when it saves nothing
     # against the next tier up.
     mu = _acceptance_multipliers(p[:, :-1], gap)

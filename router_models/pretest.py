@@ -36,6 +36,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from router_models.frontier import saves_on_next
+
 __all__ = ["PreTest", "pretest", "split_two_types", "two_type_saving"]
 
 
@@ -96,12 +98,16 @@ def pretest(
     n_boot: int = 400,
     seed: int = 0,
 ) -> PreTest:
-    """Fit the two-type model between the cheapest and top tier; see module doc."""
+    """Fit the two-type model between the cheapest tier routing may use and the top tier; see
+    module doc. A tier that costs the same as the next one up is never routed to (that one is
+    at least as likely adequate at no extra cost): the pair starts at the last of the equally
+    cheapest tiers."""
     prob = np.asarray(proba, dtype=np.float64)
     c = np.asarray(correct, dtype=np.float64)
-    pair_p = prob[:, [0, -1]]
-    pair_c = c[:, [0, -1]]
-    pair_costs = (float(costs[0]), float(costs[-1]))
+    low = next((tier for tier, saves in enumerate(saves_on_next(costs)) if saves), 0)
+    pair_p = prob[:, [low, -1]]
+    pair_c = c[:, [low, -1]]
+    pair_costs = (float(costs[low]), float(costs[-1]))
     dc = pair_costs[1] - pair_costs[0]
     easy = split_two_types(pair_p[:, 1] - pair_p[:, 0])
     loss = pair_c[:, 1] - pair_c[:, 0]

@@ -24,6 +24,7 @@ from gateway.config import Settings, TenantSettings
 from gateway.protocol import EndpointKind
 from gateway.routing.policy import Decision
 from gateway.tenants.registry import Tenant, allowed_tier_indices
+from router_models.frontier import saves_on_next
 from router_models.model import RouterModel
 from router_models.pretest import PreTest
 
@@ -145,7 +146,20 @@ class RouterPolicy:
             tuned = self._tune(tenant.alpha, settings, allowed_tier_indices(tenant, names))
             if tuned is not None:
                 return tuned
-        return TenantRouting(tuple(self.default_threshold for _ in names[:-1]), "default")
+        return TenantRouting(self._default_thresholds(tenant, settings), "default")
+
+    def _default_thresholds(self, tenant: TenantSettings, settings: Settings) -> tuple[float, ...]:
+        """`default_threshold` for every tier but one that costs the same as the next tier
+        the tenant may use (nvfp4 and w4a16 by default): that one is never more likely
+        adequate, so choosing it gives quality away for nothing (1.0: never chosen, as
+        `tune` does). Explicit thresholds stay as the operator set them."""
+        thresholds = [self.default_threshold] * (len(settings.tiers) - 1)
+        allowed = allowed_tier_indices(tenant, self.tier_names)
+        costs = [settings.tiers[tier].relative_cost for tier in allowed]
+        for tier, saves in zip(allowed[:-1], saves_on_next(costs), strict=True):
+            if not saves:
+                thresholds[tier] = 1.0
+        return tuple(thresholds)
 
     def _tune(
         self, alpha: float, settings: Settings, allowed: tuple[int, ...]

@@ -475,3 +475,15 @@ def test_the_predicted_interval_brackets_the_kink_saving_not_the_curve_at_its_qu
     low, high = test.predicted_ci
     assert low < test.predicted_saving < high
     assert test.measured_saving == pytest.approx(0.35)  # the curve's best point saves more
+
+
+def test_the_pretest_pairs_the_cheapest_tier_routing_may_use_with_the_top() -> None:
+    """With nvfp4 and w4a16 at the same cost routing never takes nvfp4: the pre-test judged a
+    policy the gateway cannot run. It now reads the w4a16 column, whatever nvfp4's holds."""
+    proba, correct, _ = two_types(4000, 0.7, 0.05, 0.5, q_top=0.9)
+    rng = np.random.default_rng(5)
+    noise = rng.random((len(proba), 1))
+    equal = (0.25, 0.25, 1.0)
+    three_p = np.column_stack([noise, proba[:, 0], proba[:, 1]])
+    three_c = np.column_stack([(noise > 0.5).astype(float), correct[:, 0], correct[:, 1]])
+    assert pretest(three_p, three_c, equal) == pretest(proba, correct, (0.25, 1.0))

@@ -572,4 +572,36 @@ def test_alpha_tunes_on_the_validation_rows_that_score_every_tier() -> None:
     correct[:, 1] = float("nan")  # shadow labels: no row scores every tier
     none = RouterPolicy(shipped.model, config, Validation(proba, correct))
     assert none.routing["t"].source == "default"
-    assert none.routing["t"].thresholds == (0.8, 0.8)
+    assert none.routing["t"].thresholds == (1.0, 0.8)  # nvfp4 costs what w4a16 does
+
+
+def test_default_thresholds_never_take_a_tier_the_next_one_matches_in_cost() -> None:
+    """nvfp4 and w4a16 cost the same on the default ladder: a tenant on default_threshold
+    was sent to nvfp4 whenever its probability cleared it, though w4a16's is at least as
+    high at the same cost. Explicit thresholds stay as the operator set them, and a tenant
+    that may not use w4a16 still routes to nvfp4 (its next tier up is bf16)."""
+    config = parse_settings(
+        {
+            "model": MODEL,
+            "tiers": [
+                {"name": n, "precision": n, "endpoints": ["http://127.0.0.1:9/v1"]}
+                for n in ("nvfp4", "w4a16", "bf16")
+            ],
+            "tenants": [
+                {"name": "plain", "api_keys": ["a"]},
+                {"name": "no-w4a16", "api_keys": ["b"], "allowed_tiers": ["nvfp4", "bf16"]},
+                {"name": "explicit", "api_keys": ["c"], "thresholds": {"nvfp4": 0.5}},
+            ],
+        }
+    )
+    assert [tier.relative_cost for tier in config.tiers] == [0.25, 0.25, 1.0]
+    policy = build_policy(config)
+    assert isinstance(policy, RouterPolicy)
+    default = config.router.default_threshold
+    assert policy.routing["plain"].thresholds == (1.0, default)
+    assert policy.routing["no-w4a16"].thresholds[0] == default
+    assert policy.routing["explicit"].thresholds == (0.5, default)
+    tenants = TenantRegistry(config, {}).tenants
+    for question in QUESTIONS:
+        request = {"model": MODEL, "messages": [{"role": "user", "content": question}]}
+        assert policy.decide(request, "chat", tenants["plain"]).tier != 0
