@@ -222,7 +222,8 @@ class GatewayMetrics:
             "tiergate_shadow_requests",
             "Shadow replays on the top tier by tenant, tier and outcome "
             "(labelled, skipped_saturated, skipped_budget, skipped_queue_full, "
-            "skipped_tier_not_allowed, skipped_echo, skipped_choices, failed, not_deterministic).",
+            "skipped_tier_not_allowed, skipped_echo, skipped_choices, skipped_ladder_changed, "
+            "failed, not_deterministic).",
             ["tenant", "tier", "outcome"],
             registry=registry,
         )

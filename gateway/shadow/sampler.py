@@ -326,6 +326,11 @@ class ShadowSampler:
             return "skipped_echo"
         if served is None:
             return "failed"
+        index = exchange.tier_index
+        if index >= len(self.names) or self.names[index] != exchange.tier:
+            # A reload changed the ladder since capture: the exchange's tier index and its
+            # probabilities no longer name the same tiers, and a label would go to another.
+            return "skipped_ladder_changed"
         # Checked again here: a reload may have changed the tenant's tiers since capture.
         if self._unreplayable(exchange.tenant, exchange.tier_index):
             return "skipped_tier_not_allowed"
@@ -432,14 +437,15 @@ class ShadowSampler:
                 exchange.tenant, tier, "true" if adequate else "false"
             ).inc()
         # A reload may have removed the tenant while the exchange waited or replayed: its
-        # calibration series are gone, and a label would bring them back for good.
+        # calibration series are gone, and a label would bring them back for good (and
+        # refit a model for a tenant that no longer exists).
         if exchange.tenant in self.rates:
             self.monitor.add(
                 exchange.tenant, tier, Label(predicted, exchange.score, adequate, self.clock())
             )
             self._export(exchange.tenant, tier)
-        for sink in self.sinks:
-            sink.label(exchange.tenant, labelled, exchange, adequate)
+            for sink in self.sinks:
+                sink.label(exchange.tenant, labelled, exchange, adequate)
         if self._log is not None:
             self._log.append(self._line(exchange, tier, adequate, judge_name, predicted))
 
@@ -487,8 +493,8 @@ class ShadowSampler:
     def _count(
         self, exchange: CompletedExchange, outcome: str, labelled: int | None = None
     ) -> None:
-        index = exchange.tier_index if labelled is None else labelled
-        tier = self.names[index] if index < len(self.names) else exchange.tier
+        # The served tier is named as at capture (a reload may have moved it since).
+        tier = exchange.tier if labelled is None else self.names[labelled]
         self.metrics.shadow_requests.labels(exchange.tenant, tier, outcome).inc()
 
     def _count_for(self, tenant: str, tier: int, outcome: str) -> None:

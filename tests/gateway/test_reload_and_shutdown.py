@@ -687,9 +687,61 @@ def test_a_shadow_label_of_a_tenant_removed_while_it_was_judged_stays_out() -> N
         return "no"
 
     app.shadow._fetch = replayed  # type: ignore[method-assign,assignment]
+    refits: list[str] = []  # what the online recalibrator would be fed
+
+    class Spy:
+        def label(self, tenant: str, *_: Any) -> None:
+            refits.append(tenant)
+
+    app.shadow.sinks.append(Spy())
     asyncio.run(app.shadow.evaluate(exchange))
     exported = app.exposition()[0].decode().splitlines()
     calibration = [line for line in exported if line.startswith("tiergate_calibration_")]
     assert 'tiergate_shadow_labels_total{adequate="false",tenant="u",tier="a"} 1.0' in exported
     assert not [line for line in calibration if 'tenant="u"' in line]
     assert "u" not in app.shadow.view()
+    assert refits == []  # no model refitted for a tenant that no longer exists
+
+
+def test_an_exchange_captured_before_a_reload_that_moved_its_tier_is_not_labelled() -> None:
+    """Its tier index and probabilities are of the old ladder: judged after a reload that
+    put another tier at that index, its label went to that tier (or, past the new ladder's
+    end, failed with an IndexError)."""
+    import orjson
+
+    from gateway.app import build_app
+    from gateway.stats import CompletedExchange
+
+    def settings(tiers: list[tuple[str, str]]) -> Settings:
+        return parse_settings(
+            {
+                "model": MODEL,
+                "tiers": [
+                    {"name": n, "precision": p, "endpoints": ["http://127.0.0.1:9/v1"]}
+                    for n, p in tiers
+                ],
+                "tenants": [{"name": "t", "api_keys": ["sk-t"]}],
+                "shadow": {"rate": 1.0, "assume_deterministic": True},
+            }
+        )
+
+    app = build_app(settings([("a", "nvfp4"), ("b", "bf16")]), environ={})
+    answer = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}}]}
+    exchange = CompletedExchange(
+        tenant="t",
+        kind="chat",
+        tier="a",
+        tier_index=0,
+        request={"messages": [{"role": "user", "content": "hi"}]},
+        body=orjson.dumps(answer),
+        probability=0.9,
+        probabilities=(0.9, 1.0),
+        reason="router",
+        score=0.5,
+    )
+    app.reload(settings([("n", "nvfp4"), ("a", "w4a16"), ("b", "bf16")]))
+    assert asyncio.run(app.shadow.evaluate(exchange)) is None
+    exported = app.exposition()[0].decode().splitlines()
+    skipped = 'tiergate_shadow_requests_total{outcome="skipped_ladder_changed",tenant="t",tier="a"}'
+    assert f"{skipped} 1.0" in exported
+    assert not [line for line in exported if line.startswith("tiergate_shadow_labels_total{")]
