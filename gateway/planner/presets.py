@@ -51,9 +51,10 @@ class HardwareSpec(_Frozen):
 class Checkpoint(_Frozen):
     """What `vllm serve` loads for one precision, and how vLLM is told about it."""
 
-    # The positional model argument of `vllm serve` (a hub name or a local path): a leading
-    # "-" would be read as a flag and whitespace splits it, so neither is a checkpoint.
-    repo: str = Field(pattern=r"^[^\s-]\S*$")
+    # The positional model argument of `vllm serve` (a hub name or a local path, which may
+    # hold spaces: the command is shell-quoted, the manifests' args are lists). A leading "-"
+    # would be read as a flag; empty, or whitespace at either end, is no checkpoint.
+    repo: str = Field(pattern=r"^[^\s-](.*\S)?$")
     # One word in vLLM's naming (fp8, compressed-tensors, modelopt_fp4): it lands in a shell
     # line and a container's argv, where a value such as "--no-enable-prefix-caching" or
     # "fp8 --trust-remote-code" would be read as more flags, and an empty one fails at start.

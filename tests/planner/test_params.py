@@ -134,9 +134,9 @@ def test_vllms_quantization_names_are_accepted(quantization: str) -> None:
     assert checkpoint.quantization == quantization
 
 
-@pytest.mark.parametrize("repo", ["", "--trust-remote-code", "me/x --trust-remote-code", " me/x"])
+@pytest.mark.parametrize("repo", ["", "--trust-remote-code", " me/x", "me/x "])
 def test_a_checkpoints_repo_is_one_argument_and_no_flag(repo: str) -> None:
-    """`vllm serve REPO`: an empty repo, a flag or a value with whitespace renders a line
+    """`vllm serve REPO`: an empty repo, a flag, or whitespace at either end renders a line
     that serves something else or fails at start."""
     with pytest.raises(ValidationError, match="repo"):
         settings_from_yaml(
@@ -144,7 +144,9 @@ def test_a_checkpoints_repo_is_one_argument_and_no_flag(repo: str) -> None:
         )
 
 
-@pytest.mark.parametrize("repo", ["Qwen/Qwen3-30B-A3B", "/models/qwen3-30b", "./ckpt", "org/x@v1"])
+@pytest.mark.parametrize(
+    "repo", ["Qwen/Qwen3-30B-A3B", "/models/qwen3-30b", "./ckpt", "org/x@v1", "/models/Qwen3 30B"]
+)
 def test_hub_names_and_local_paths_are_checkpoint_repos(repo: str) -> None:
     text = f"model: {{preset: qwen3-30b-a3b, checkpoints: {{bf16: {{repo: '{repo}'}}}}}}"
     assert settings_from_yaml(text).model.checkpoints["bf16"].repo == repo
