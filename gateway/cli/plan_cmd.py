@@ -615,9 +615,16 @@ def breakeven(
     grid.add_column("knee K")
     for c in points:
         grid.add_column(f"r* C={c}")
+    for c in points:
+        grid.add_column(f"rho* C={c}")
     for p, row in table["r_star"].items():
-        grid.add_row(p, str(table["knees"][p]), *(str(row[str(c)]) for c in points))
+        rho = table["rho_star"][p]
+        grid.add_row(
+            p,
+            str(table["knees"][p]),
+            *(str(row[str(c)]) for c in points),
+            *(str(rho[str(c)]) for c in points),
+        )
     console = Console()
     console.print(grid)
-    console.print(f"rho* by B_eff: {table['rho_star']}")
     console.print(f"precision ratio nvfp4/fp16: {table['precision_ratio']}")

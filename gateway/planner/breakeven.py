@@ -43,15 +43,19 @@ def breakeven_table(
     low: Precision = "nvfp4",
     high: Precision = "fp16",
 ) -> dict[str, Any]:
-    """rho* and r* by C, the low/high decode-cost ratio below both knees and on the plateau
-    above both, and the knees. Inner keys are the numbers as strings. Every breakeven is at
-    B_eff = min(C, K(p)) (a.2 items 11, 12); a precision that does not fit gives null."""
+    """rho* and r* per precision by C, the low/high decode-cost ratio below both knees and on
+    the plateau above both, and the knees. Inner keys are the numbers as strings. Every
+    breakeven is at B_eff = min(C, K(p)) (a.2 items 11, 12); a precision that does not fit
+    gives null."""
     knees = {p: model.knee(p) for p in precisions}
     plateau_c = max(model.knee(low), model.knee(high))
     return {
-        # rho* depends on p only through B_eff (unless the prefill speed-up is on), so it is
-        # tabulated at the reference precision: 0.002 * min(C, K(high)) in P0.
-        "rho_star": {str(c): _num(_rho_star(model, high, c), digits) for c in concurrencies},
+        # rho* depends on p through B_eff (the knees differ) and, with the prefill speed-up
+        # on, through phi(p): above FP16's knee NVFP4 needs more prefix sharing to pay.
+        "rho_star": {
+            p: {str(c): _num(_rho_star(model, p, c), digits) for c in concurrencies}
+            for p in precisions
+        },
         "r_star": {
             p: {str(c): _num(_r_star(model, p, c), digits) for c in concurrencies}
             for p in precisions

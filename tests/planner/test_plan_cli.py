@@ -21,7 +21,7 @@ from gateway.planner.planner import TierConfig
 runner = CliRunner()
 
 EXPECTED_BREAKEVEN = {
-    "rho_star": {"32": 0.064, "256": 0.512},
+    "rho_star": {p: {"32": 0.064, "256": 0.512} for p in ("fp16", "fp8", "w4a16", "nvfp4")},
     "r_star": {
         "fp16": {"32": 0.06, "256": 0.29},
         "fp8": {"32": 0.0812, "256": 0.3308},
@@ -439,13 +439,15 @@ def test_breakeven_rho_star_is_at_b_eff_like_r_star(tmp_path: Path) -> None:
     """rho* = 0.002 * B_eff with B_eff = min(C, K): at C = 1024 above the FP16 knee 325 it
     is 0.65, not 2.048 (r* in the same table already capped at the knee)."""
     doc = _json(["plan", "breakeven", "--json", "--concurrency", "32,1024"])
-    assert doc["rho_star"] == {"32": 0.064, "1024": 0.65}
+    assert doc["rho_star"]["fp16"] == {"32": 0.064, "1024": 0.65}
+    # Each precision at its own knee: above FP16's, NVFP4 needs more sharing (Paper B).
+    assert doc["rho_star"]["nvfp4"] == {"32": 0.064, "1024": 0.876}
     # A precision that does not fit has no breakeven: null, not a ZeroDivisionError.
     params = tmp_path / "params.yaml"
     params.write_text("cost: {gpu_memory_fraction: 0.3}")
     tight = _json(["plan", "breakeven", "--json", "--params", str(params)])
     assert tight["knees"]["fp16"] == 0 and tight["r_star"]["fp16"] == {"32": None, "256": None}
-    assert tight["rho_star"] == {"32": None, "256": None}
+    assert tight["rho_star"]["fp16"] == {"32": None, "256": None}
     assert tight["r_star"]["nvfp4"]["32"] == 0.1406
 
 
