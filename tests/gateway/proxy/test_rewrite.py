@@ -178,3 +178,18 @@ def test_keep_alives_in_any_framing_hold_no_output(kind: EndpointKind, keep_aliv
     output = b'data: {"type":"response.completed"}\n\n'
     assert holds_no_output(kind, keep_alives)
     assert not holds_no_output(kind, keep_alives + output)
+
+
+def test_a_responses_event_of_no_response_type_is_output() -> None:
+    """A Responses stream's `error` event (type "error") is what the client gets instead of
+    an answer: it ends the first-byte wait like any output."""
+    error = b'event: error\ndata: {"type":"error","message":"engine died"}\n\n'
+    assert not holds_no_output("responses", error)
+    assert not holds_no_output("responses", b"data: {}\n\n")
+
+
+def test_both_opening_events_of_a_responses_stream_hold_no_output() -> None:
+    created = b'event: response.created\ndata: {"type":"response.created"}\n\n'
+    in_progress = b'event: response.in_progress\ndata: {"type":"response.in_progress"}\n\n'
+    assert holds_no_output("responses", in_progress)
+    assert holds_no_output("responses", created + in_progress)
