@@ -284,3 +284,26 @@ def test_a_redis_clock_stepped_back_does_not_drain_the_buckets(redis_url: str) -
         await client.aclose()
 
     asyncio.run(scenario())
+
+
+def test_a_shared_tickets_release_corrects_the_charge_with_its_usage(redis_url: str) -> None:
+    """An estimate of 600 that used 100 gives 500 back to the shared budget, as in process."""
+    import redis.asyncio
+
+    from gateway.errors import RateLimitError
+    from gateway.tenants.admission import Admission
+    from tests.gateway.tenants.test_limits import registry_with
+
+    async def scenario() -> None:
+        client = redis.asyncio.from_url(redis_url)
+        tenant = registry_with({"tokens_per_minute": 1000}).tenants["t"]
+        admission = Admission(client)
+        admission.configure({"t": tenant})
+        ticket = await admission.admit(tenant, {"max_tokens": 600}, 0, "chat")
+        await ticket.release(100)
+        await admission.admit(tenant, {"max_tokens": 800}, 0, "chat")
+        with pytest.raises(RateLimitError, match="tokens per minute"):
+            await admission.admit(tenant, {"max_tokens": 800}, 0, "chat")
+        await client.aclose()
+
+    asyncio.run(scenario())
