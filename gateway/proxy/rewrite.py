@@ -182,9 +182,9 @@ def _lf_lines(data: bytes) -> bytes:
 _EMPTY_CHOICES: Final = (b'"choices":[]', b'"choices": []')
 
 
-def _first_of(data: bytes, needles: tuple[bytes, ...]) -> int:
-    """Where the first of `needles` occurs in `data`; -1 when none does."""
-    found = [at for at in map(data.find, needles) if at >= 0]
+def _first_of(data: bytes, needles: tuple[bytes, ...], start: int = 0) -> int:
+    """Where the first of `needles` occurs in `data` from `start`; -1 when none does."""
+    found = [at for at in (data.find(needle, start) for needle in needles) if at >= 0]
     return min(found, default=-1)
 
 
@@ -195,13 +195,18 @@ def split_usage_event(events: bytes) -> tuple[bytes, bytes]:
     it did not ask for is removed and only the counts are kept.
     """
     start = _first_of(events, _EMPTY_CHOICES)
-    if start < 0 or _USAGE_KEY + b"{" not in events[start:].replace(b": {", b":{"):
-        return events, b""
-    event_start = events.rfind(_EVENT_END, 0, start)
-    event_start = 0 if event_start < 0 else event_start + 2
-    event_end = events.find(_EVENT_END, start)
-    event_end = len(events) if event_end < 0 else event_end + 2
-    return events[:event_start] + events[event_end:], events[event_start:event_end]
+    while start >= 0:
+        event_start = events.rfind(_EVENT_END, 0, start)
+        event_start = 0 if event_start < 0 else event_start + 2
+        event_end = events.find(_EVENT_END, start)
+        event_end = len(events) if event_end < 0 else event_end + 2
+        event = events[event_start:event_end]
+        # An empty-choices event without usage (one before the usage event in the same
+        # read) is not the one to take out: look on past it.
+        if _USAGE_KEY + b"{" in event.replace(b": {", b":{"):
+            return events[:event_start] + events[event_end:], event
+        start = _first_of(events, _EMPTY_CHOICES, event_end)
+    return events, b""
 
 
 __all__ = [

@@ -193,3 +193,13 @@ def test_both_opening_events_of_a_responses_stream_hold_no_output() -> None:
     in_progress = b'event: response.in_progress\ndata: {"type":"response.in_progress"}\n\n'
     assert holds_no_output("responses", in_progress)
     assert holds_no_output("responses", created + in_progress)
+
+
+def test_split_usage_event_takes_the_usage_event_not_an_earlier_empty_choices_one() -> None:
+    """Both in one read: the event without usage was taken out (the client lost it) and the
+    usage event the client had not asked for was relayed."""
+    empty = b'data: {"id":"c","choices":[],"prompt_filter_results":[]}\n\n'
+    first = b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n'
+    usage = b'data: {"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2}}\n\n'
+    done = b"data: [DONE]\n\n"
+    assert split_usage_event(empty + first + usage + done) == (empty + first + done, usage)
