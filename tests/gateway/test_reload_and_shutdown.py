@@ -645,32 +645,30 @@ def test_a_request_the_shutdown_limit_cuts_before_its_answer_gets_an_openai_503(
     assert json.loads(answer["body"])["error"]["code"] == "service_unavailable"
 
 
-def test_a_shadow_label_of_a_tenant_removed_while_it_was_judged_stays_out() -> None:
-    """An exchange queued (or replaying) when a reload removed its tenant was still labelled
-    afterwards: its calibration series came back into /metrics and /admin/shadow, where no
-    later reload took them out again."""
+def shadowed(tiers: list[tuple[str, str]], tenants: list[str]) -> Settings:
+    """Tiers (name, precision) on an address nobody answers, every request shadowed."""
+    return parse_settings(
+        {
+            "model": MODEL,
+            "tiers": [
+                {"name": n, "precision": p, "endpoints": ["http://127.0.0.1:9/v1"]}
+                for n, p in tiers
+            ],
+            "tenants": [{"name": n, "api_keys": [f"sk-{n}"]} for n in tenants],
+            "shadow": {"rate": 1.0, "assume_deterministic": True},
+        }
+    )
+
+
+def served_on_a(tenant: str) -> Any:
+    """An exchange captured on tier "a", the first of its ladder, with its answer."""
     import orjson
 
-    from gateway.app import build_app
     from gateway.stats import CompletedExchange
 
-    def settings(tenants: list[str]) -> Settings:
-        return parse_settings(
-            {
-                "model": MODEL,
-                "tiers": [
-                    {"name": n, "precision": p, "endpoints": ["http://127.0.0.1:9/v1"]}
-                    for n, p in (("a", "nvfp4"), ("b", "bf16"))
-                ],
-                "tenants": [{"name": n, "api_keys": [f"sk-{n}"]} for n in tenants],
-                "shadow": {"rate": 1.0, "assume_deterministic": True},
-            }
-        )
-
-    app = build_app(settings(["t", "u"]), environ={})
     answer = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}}]}
-    exchange = CompletedExchange(
-        tenant="u",
+    return CompletedExchange(
+        tenant=tenant,
         kind="chat",
         tier="a",
         tier_index=0,
@@ -682,8 +680,20 @@ def test_a_shadow_label_of_a_tenant_removed_while_it_was_judged_stays_out() -> N
         score=0.5,
     )
 
+
+TWO_TIERS = [("a", "nvfp4"), ("b", "bf16")]
+
+
+def test_a_shadow_label_of_a_tenant_removed_while_it_was_judged_stays_out() -> None:
+    """An exchange queued (or replaying) when a reload removed its tenant was still labelled
+    afterwards: its calibration series came back into /metrics and /admin/shadow, where no
+    later reload took them out again."""
+    from gateway.app import build_app
+
+    app = build_app(shadowed(TWO_TIERS, ["t", "u"]), environ={})
+
     async def replayed(*_: Any) -> str:
-        app.reload(settings(["t"]))  # the reload lands while the replay is out
+        app.reload(shadowed(TWO_TIERS, ["t"]))  # the reload lands while the replay is out
         return "no"
 
     app.shadow._fetch = replayed  # type: ignore[method-assign,assignment]
@@ -694,7 +704,7 @@ def test_a_shadow_label_of_a_tenant_removed_while_it_was_judged_stays_out() -> N
             refits.append(tenant)
 
     app.shadow.sinks.append(Spy())
-    asyncio.run(app.shadow.evaluate(exchange))
+    asyncio.run(app.shadow.evaluate(served_on_a("u")))
     exported = app.exposition()[0].decode().splitlines()
     calibration = [line for line in exported if line.startswith("tiergate_calibration_")]
     assert 'tiergate_shadow_labels_total{adequate="false",tenant="u",tier="a"} 1.0' in exported
@@ -707,40 +717,11 @@ def test_an_exchange_captured_before_a_reload_that_moved_its_tier_is_not_labelle
     """Its tier index and probabilities are of the old ladder: judged after a reload that
     put another tier at that index, its label went to that tier (or, past the new ladder's
     end, failed with an IndexError)."""
-    import orjson
-
     from gateway.app import build_app
-    from gateway.stats import CompletedExchange
 
-    def settings(tiers: list[tuple[str, str]]) -> Settings:
-        return parse_settings(
-            {
-                "model": MODEL,
-                "tiers": [
-                    {"name": n, "precision": p, "endpoints": ["http://127.0.0.1:9/v1"]}
-                    for n, p in tiers
-                ],
-                "tenants": [{"name": "t", "api_keys": ["sk-t"]}],
-                "shadow": {"rate": 1.0, "assume_deterministic": True},
-            }
-        )
-
-    app = build_app(settings([("a", "nvfp4"), ("b", "bf16")]), environ={})
-    answer = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}}]}
-    exchange = CompletedExchange(
-        tenant="t",
-        kind="chat",
-        tier="a",
-        tier_index=0,
-        request={"messages": [{"role": "user", "content": "hi"}]},
-        body=orjson.dumps(answer),
-        probability=0.9,
-        probabilities=(0.9, 1.0),
-        reason="router",
-        score=0.5,
-    )
-    app.reload(settings([("n", "nvfp4"), ("a", "w4a16"), ("b", "bf16")]))
-    assert asyncio.run(app.shadow.evaluate(exchange)) is None
+    app = build_app(shadowed(TWO_TIERS, ["t"]), environ={})
+    app.reload(shadowed([("n", "nvfp4"), ("a", "w4a16"), ("b", "bf16")], ["t"]))
+    assert asyncio.run(app.shadow.evaluate(served_on_a("t"))) is None
     exported = app.exposition()[0].decode().splitlines()
     skipped = 'tiergate_shadow_requests_total{outcome="skipped_ladder_changed",tenant="t",tier="a"}'
     assert f"{skipped} 1.0" in exported
