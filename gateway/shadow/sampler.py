@@ -326,15 +326,18 @@ class ShadowSampler:
             return "skipped_echo"
         if served is None:
             return "failed"
-        index = exchange.tier_index
-        if index >= len(self.names) or self.names[index] != exchange.tier:
-            # A reload changed the ladder since capture: the exchange's tier index and its
-            # probabilities no longer name the same tiers, and a label would go to another.
+        if self._ladder_moved(exchange):
             return "skipped_ladder_changed"
         # Checked again here: a reload may have changed the tenant's tiers since capture.
         if self._unreplayable(exchange.tenant, exchange.tier_index):
             return "skipped_tier_not_allowed"
         return None
+
+    def _ladder_moved(self, exchange: CompletedExchange) -> bool:
+        """Whether a reload changed the ladder since capture: the exchange's tier index and
+        its probabilities no longer name the same tiers, and a label would go to another."""
+        index = exchange.tier_index
+        return index >= len(self.names) or self.names[index] != exchange.tier
 
     async def _fetch(
         self, target: TierBackend, exchange: CompletedExchange, labelled: int, deterministic: bool
@@ -361,6 +364,10 @@ class ShadowSampler:
         reference: str,
         deterministic: bool,
     ) -> bool | None:
+        # Checked again after the replay: a reload may have landed while it was out.
+        if self._ladder_moved(exchange):
+            self._count(exchange, "skipped_ladder_changed")
+            return None
         verdict = judge(
             candidate,
             reference,

@@ -726,3 +726,60 @@ def test_an_exchange_captured_before_a_reload_that_moved_its_tier_is_not_labelle
     skipped = 'tiergate_shadow_requests_total{outcome="skipped_ladder_changed",tenant="t",tier="a"}'
     assert f"{skipped} 1.0" in exported
     assert not [line for line in exported if line.startswith("tiergate_shadow_labels_total{")]
+
+
+def test_a_reload_that_moves_the_tier_while_its_replay_is_out_labels_nothing() -> None:
+    """The ladder is checked when the evaluation starts, but the replay takes seconds: a
+    reload landing meanwhile that put another tier at the exchange's index gave that tier
+    the label (and the recalibrator an index of the old ladder)."""
+    import orjson
+
+    from gateway.app import build_app
+    from gateway.stats import CompletedExchange
+
+    def settings(tiers: list[tuple[str, str]]) -> Settings:
+        return parse_settings(
+            {
+                "model": MODEL,
+                "tiers": [
+                    {"name": n, "precision": p, "endpoints": ["http://127.0.0.1:9/v1"]}
+                    for n, p in tiers
+                ],
+                "tenants": [{"name": "t", "api_keys": ["sk-t"]}],
+                "shadow": {"rate": 1.0, "assume_deterministic": True, "explore_rate": 0.0},
+            }
+        )
+
+    app = build_app(settings([("a", "nvfp4"), ("b", "bf16")]), environ={})
+    answer = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}}]}
+    exchange = CompletedExchange(
+        tenant="t",
+        kind="chat",
+        tier="a",
+        tier_index=0,
+        request={"messages": [{"role": "user", "content": "hi"}]},
+        body=orjson.dumps(answer),
+        probability=0.9,
+        probabilities=(0.9, 1.0),
+        reason="router",
+        score=0.5,
+    )
+
+    async def replayed(*_: Any) -> str:
+        app.reload(settings([("n", "nvfp4"), ("a", "w4a16"), ("b", "bf16")]))  # mid-replay
+        return "no"
+
+    app.shadow._fetch = replayed  # type: ignore[method-assign,assignment]
+    fed: list[int] = []  # what the online recalibrator would be fed
+
+    class Spy:
+        def label(self, tenant: str, tier: int, *_: Any) -> None:
+            fed.append(tier)
+
+    app.shadow.sinks.append(Spy())
+    assert asyncio.run(app.shadow.evaluate(exchange)) is None
+    exported = app.exposition()[0].decode().splitlines()
+    skipped = 'tiergate_shadow_requests_total{outcome="skipped_ladder_changed",tenant="t",tier="a"}'
+    assert f"{skipped} 1.0" in exported
+    assert not [line for line in exported if line.startswith("tiergate_shadow_labels_total{")]
+    assert fed == []
