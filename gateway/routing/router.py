@@ -138,8 +138,14 @@ class RouterPolicy:
     def _resolve(self, tenant: TenantSettings, settings: Settings) -> TenantRouting:
         names = self.tier_names
         if tenant.thresholds is not None:
+            # A tier the operator left out takes the default, equal-cost rule included: at
+            # default_threshold an unnamed nvfp4 took every request before w4a16's own.
+            default = self._default_thresholds(tenant, settings)
             return TenantRouting(
-                tuple(tenant.thresholds.get(name, self.default_threshold) for name in names[:-1]),
+                tuple(
+                    tenant.thresholds.get(name, fallback)
+                    for name, fallback in zip(names[:-1], default, strict=True)
+                ),
                 "explicit",
             )
         if tenant.alpha is not None:
@@ -152,7 +158,7 @@ class RouterPolicy:
         """`default_threshold` for every tier but one that costs the same as the next tier
         the tenant may use (nvfp4 and w4a16 by default): that one is never more likely
         adequate, so choosing it gives quality away for nothing (1.0: never chosen, as
-        `tune` does). Explicit thresholds stay as the operator set them."""
+        `tune` does). Thresholds the operator set stay as set."""
         thresholds = [self.default_threshold] * (len(settings.tiers) - 1)
         allowed = allowed_tier_indices(tenant, self.tier_names)
         costs = [settings.tiers[tier].relative_cost for tier in allowed]

@@ -605,3 +605,30 @@ def test_default_thresholds_never_take_a_tier_the_next_one_matches_in_cost() -> 
     for question in QUESTIONS:
         request = {"model": MODEL, "messages": [{"role": "user", "content": question}]}
         assert policy.decide(request, "chat", tenants["plain"]).tier != 0
+
+
+def test_a_tier_explicit_thresholds_leave_out_takes_the_equal_cost_rule() -> None:
+    """`thresholds: {w4a16: 0.6}` left nvfp4 at default_threshold, and nvfp4, tried first,
+    took every request the shipped model scores above 0.8: all of them, though w4a16 costs
+    the same. A threshold the operator wrote stays as written."""
+    config = parse_settings(
+        {
+            "model": MODEL,
+            "tiers": [
+                {"name": n, "precision": n, "endpoints": ["http://127.0.0.1:9/v1"]}
+                for n in ("nvfp4", "w4a16", "bf16")
+            ],
+            "tenants": [
+                {"name": "w", "api_keys": ["a"], "thresholds": {"w4a16": 0.6}},
+                {"name": "both", "api_keys": ["b"], "thresholds": {"nvfp4": 0.7, "w4a16": 0.6}},
+            ],
+        }
+    )
+    policy = build_policy(config)
+    assert isinstance(policy, RouterPolicy)
+    assert policy.routing["w"].thresholds == (1.0, 0.6)
+    assert policy.routing["both"].thresholds == (0.7, 0.6)
+    tenant = TenantRegistry(config, {}).tenants["w"]
+    for question in QUESTIONS:
+        request = {"model": MODEL, "messages": [{"role": "user", "content": question}]}
+        assert policy.decide(request, "chat", tenant).tier != 0
