@@ -783,3 +783,54 @@ def test_a_reload_that_moves_the_tier_while_its_replay_is_out_labels_nothing() -
     assert f"{skipped} 1.0" in exported
     assert not [line for line in exported if line.startswith("tiergate_shadow_labels_total{")]
     assert fed == []
+
+
+def test_a_replay_that_fails_after_a_reload_shrank_the_ladder_is_counted_under_its_tier(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A failed replay is counted under the served tier: named by its index on the ladder
+    of now, which a reload while the replay was out had shortened, it raised an IndexError
+    (logged as a crash of the evaluation, counted as failed under the served tier's name)."""
+    import orjson
+
+    from gateway.app import build_app
+    from gateway.stats import CompletedExchange
+
+    def settings(tiers: list[tuple[str, str]]) -> Settings:
+        return parse_settings(
+            {
+                "model": MODEL,
+                "tiers": [
+                    {"name": n, "precision": p, "endpoints": ["http://127.0.0.1:9/v1"]}
+                    for n, p in tiers
+                ],
+                "tenants": [{"name": "t", "api_keys": ["sk-t"]}],
+                "shadow": {"rate": 1.0, "assume_deterministic": True, "explore_rate": 0.0},
+            }
+        )
+
+    ladder = [("n", "nvfp4"), ("q", "w4a16"), ("w", "fp8"), ("b", "bf16")]
+    app = build_app(settings(ladder), environ={})
+    answer = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}}]}
+    exchange = CompletedExchange(
+        tenant="t",
+        kind="chat",
+        tier="w",
+        tier_index=2,
+        request={"messages": [{"role": "user", "content": "hi"}]},
+        body=orjson.dumps(answer),
+        probability=0.9,
+        probabilities=(0.7, 0.8, 0.9, 1.0),
+        reason="router",
+        score=0.5,
+    )
+
+    async def replay_lost(*_: Any) -> None:
+        app.reload(settings([("n", "nvfp4"), ("b", "bf16")]))  # while the replay is out
+
+    app.shadow._replay = replay_lost  # type: ignore[method-assign,assignment]
+    asyncio.run(app.shadow._evaluate_logged(exchange))
+    assert "shadow evaluation failed" not in caplog.text
+    exported = app.exposition()[0].decode().splitlines()
+    failed = 'tiergate_shadow_requests_total{outcome="failed",tenant="t",tier="w"} 1.0'
+    assert failed in exported
