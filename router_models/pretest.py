@@ -23,9 +23,9 @@ The measured saving beside it is read off the router's whole cost-quality curve 
 up in order of risk, ties together): the largest cost gap, at equal quality, between the static
 split and the curve, with its own bootstrap interval. It is at least the kink's saving on the
 same data, so it shows how much the two-type picture leaves out; being a maximum over many
-points it leans optimistic on small sets. For K > 2 the test is run between the cheapest and the
-top tier. Routing is judged to pay when the predicted saving is at least `min_saving` of dc and
-its interval lies above zero.
+points it leans optimistic on small sets. For K > 2 the test is run between the cheapest tier
+routing may use (the last of equally cheap ones) and the top tier. Routing is judged to pay
+when the predicted saving is at least `min_saving` of dc and its interval lies above zero.
 """
 
 from __future__ import annotations
