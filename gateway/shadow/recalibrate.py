@@ -129,15 +129,22 @@ class Recalibrator:
             self.policy.model_id,
         )
         if same_router:
+            self._forget_tenants_not_in(policy)
             for tenant, model in self.models.items():
-                if tenant in policy.routing:
-                    policy.set_tenant_model(tenant, model)
+                policy.set_tenant_model(tenant, model)
         else:
             self.models.clear()
             self._labels.clear()
             self._arrived.clear()
             self._fitted_at.clear()
         self.policy = policy
+
+    def _forget_tenants_not_in(self, policy: RouterPolicy) -> None:
+        """Drops what is kept for tenants the reload removed: their held labels would still
+        refit a model on the timer, for no tenant, and bring their recalibration series back."""
+        for kept in (self.models, self._labels, self._arrived, self._fitted_at):
+            for tenant in [name for name in kept if name not in policy.routing]:
+                del kept[tenant]
 
     def _configure(
         self, window: int | None, min_labels: int | None, prior_weight: float | None

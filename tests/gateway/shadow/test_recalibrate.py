@@ -157,3 +157,26 @@ def test_a_reload_that_swaps_the_router_model_drops_the_refitted_ones(tmp_path: 
     # The refit scored with the old scorer: the new model serves, the old labels are gone.
     assert "default" not in swapped.tenant_models
     assert recalibrator.recalibrate_all() == []
+
+
+def test_a_reload_that_removes_a_tenant_drops_its_labels() -> None:
+    """Labels held for a tenant the reload removed still refitted a model on the timer: put
+    in the policy for no tenant, and counted in tiergate_shadow_recalibrations_total for it."""
+    from pydantic import SecretStr
+
+    from gateway.config import TenantSettings
+
+    settings = default_settings()
+    extra = TenantSettings(name="u", api_keys=[SecretStr("sk-u")])
+    policy = build_policy(settings.model_copy(update={"tenants": [*settings.tenants, extra]}))
+    assert isinstance(policy, RouterPolicy)
+    recalibrator = Recalibrator(
+        policy, GatewayMetrics(CollectorRegistry()), window=20, min_labels=10, prior_weight=0
+    )
+    for score in np.linspace(0.0, 1.0, 20):
+        recalibrator.label("u", 0, scored_exchange(float(score)), adequate=True)
+    reloaded = build_policy(settings)  # u is gone before the timer's refit
+    assert isinstance(reloaded, RouterPolicy)
+    recalibrator.attach(reloaded)
+    assert recalibrator.recalibrate_all() == []
+    assert "u" not in reloaded.tenant_models
