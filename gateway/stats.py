@@ -80,6 +80,9 @@ class CompletedExchange:
     reason: str
     score: float | None = None
     request_id: str = ""  # the gateway's x-request-id of the client's request
+    # The tier names at capture, cheapest first (empty: not known). `tier_index` and the
+    # probabilities are positions in it, which a reload may give to other tiers.
+    ladder: tuple[str, ...] = ()
 
 
 __all__ = [

@@ -265,6 +265,7 @@ class ProxyService:
                 reason=record.reason,
                 score=decision.score,
                 request_id=record.request_id.decode(),
+                ladder=record.ladder.names,
             )
             for listener in wanted:
                 listener.exchange_done(done)

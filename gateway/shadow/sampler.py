@@ -335,7 +335,10 @@ class ShadowSampler:
 
     def _ladder_moved(self, exchange: CompletedExchange) -> bool:
         """Whether a reload changed the ladder since capture: the exchange's tier index and
-        its probabilities no longer name the same tiers, and a label would go to another."""
+        its probabilities no longer name the same tiers, and a label would go to another (an
+        explored tier below it too, renamed or moved, with another tier's prediction)."""
+        if exchange.ladder:
+            return exchange.ladder != tuple(self.names)
         index = exchange.tier_index
         return index >= len(self.names) or self.names[index] != exchange.tier
 

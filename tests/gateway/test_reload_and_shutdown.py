@@ -834,3 +834,20 @@ def test_a_replay_that_fails_after_a_reload_shrank_the_ladder_is_counted_under_i
     exported = app.exposition()[0].decode().splitlines()
     failed = 'tiergate_shadow_requests_total{outcome="failed",tenant="t",tier="w"} 1.0'
     assert failed in exported
+
+
+def test_an_exchange_whose_ladder_a_reload_renamed_below_or_above_it_is_not_labelled() -> None:
+    """Its own tier kept its place, but a tier it explores or is judged against is another:
+    an explored tier would be labelled with the old tier's prediction (its position in the
+    captured probabilities). The ladder at capture is compared whole."""
+    import dataclasses
+
+    from gateway.app import build_app
+
+    app = build_app(shadowed(TWO_TIERS, ["t"]), environ={})
+    exchange = dataclasses.replace(served_on_a("t"), ladder=("a", "b"))
+    app.reload(shadowed([("a", "nvfp4"), ("c", "bf16")], ["t"]))
+    assert asyncio.run(app.shadow.evaluate(exchange)) is None
+    exported = app.exposition()[0].decode().splitlines()
+    skipped = 'tiergate_shadow_requests_total{outcome="skipped_ladder_changed",tenant="t",tier="a"}'
+    assert f"{skipped} 1.0" in exported
