@@ -278,6 +278,41 @@ def test_lists_whose_validation_would_hold_the_loop_are_refused_first(
     parse_request(kind, orjson.dumps({"model": "m", field: build(limit)}), limits, 8 << 20)
 
 
+_TOOL = {"type": "function", "function": {"name": "f"}}
+_CALL = {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+
+
+@pytest.mark.parametrize(
+    ("kind", "build"),
+    [
+        # Parts spread over messages, each message under max_list_items: 0.6 s at 4 MiB.
+        ("chat", lambda n: {"messages": _parts("chat", n // 4) * 4}),
+        ("responses", lambda n: {"input": _parts("responses", n // 4) * 4}),
+        # Tools and tool calls had no bound at all: 85,000 tools held the loop 0.8 s.
+        ("chat", lambda n: {"messages": [{"role": "user", "content": "hi"}], "tools": [_TOOL] * n}),
+        ("responses", lambda n: {"input": "hi", "tools": [{"type": "function", "name": "f"}] * n}),
+        ("chat", lambda n: {"messages": [{"role": "assistant", "tool_calls": [_CALL] * n}]}),
+        (
+            "chat",
+            lambda n: {
+                "messages": [
+                    *_parts("chat", n // 4) * 2,
+                    {"role": "assistant", "tool_calls": [_CALL] * (n // 2)},
+                ],
+                "tools": [_TOOL] * (n - n // 4 * 2 - n // 2),
+            },
+        ),
+    ],
+)
+def test_validated_items_are_bounded_over_the_whole_request(kind: Any, build: Any) -> None:
+    limits = RequestLimits()
+    limit = limits.max_validated_items
+    body = orjson.dumps({"model": "m", **build(limit + 4)})
+    with pytest.raises(InvalidRequestError, match=f"together: {limit + 4}; the limit is {limit}"):
+        parse_request(kind, body, limits, 8 << 20)
+    parse_request(kind, orjson.dumps({"model": "m", **build(limit)}), limits, 8 << 20)
+
+
 SEEDED_REQUESTS: dict[EndpointKind, dict[str, Any]] = {
     "chat": {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
     "completions": {"model": "m", "prompt": "hi"},
