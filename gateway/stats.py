@@ -48,6 +48,7 @@ class RequestRecord:
     client_disconnected: bool = False
     rejected: str | None = None  # why admission refused it (a fixed code vocabulary)
     request_id: bytes = b""  # the gateway's x-request-id (request_ids.py)
+    request_bytes: int = 0  # of the client's body
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +84,12 @@ class CompletedExchange:
     # The tier names at capture, cheapest first (empty: not known). `tier_index` and the
     # probabilities are positions in it, which a reload may give to other tiers.
     ladder: tuple[str, ...] = ()
+    request_bytes: int = 0  # of the client's body: with `body`, what holding it costs
+
+    @property
+    def size(self) -> int:
+        """Bytes of request and answer this exchange holds (for bounded queues)."""
+        return self.request_bytes + len(self.body)
 
 
 __all__ = [

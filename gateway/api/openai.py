@@ -78,6 +78,7 @@ class GenerationHandler:
                 _refuse_compressed(encoding)
             body_limit = self.admission.body_limit(tenant, self.limits.max_body_bytes)
             body = await self._read_body(receive, body_limit)
+            record.request_bytes = len(body)
             if not body and upgrade is not None:
                 raise BodyLostToUpgradeError(upgrade)
             request = parse_request(self.kind, body, self.limits, body_limit)

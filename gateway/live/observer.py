@@ -52,6 +52,7 @@ from gateway.planner.planner import (
 )
 from gateway.precision import Precision
 from gateway.protocol import EndpointKind
+from gateway.sample_queue import SampleQueue
 from gateway.stats import CompletedExchange
 from gateway.tenants.limits import TokenBucket
 
@@ -241,7 +242,7 @@ class LiveObserver:
         self.workers = max(1, workers)
         self.dropped = 0
         self.processed = 0
-        self._queue: asyncio.Queue[Sample] | None = None
+        self._queue: SampleQueue[Sample] | None = None
         self._states: dict[str, _TierState] = {}
         # Kept across reloads: traffic does not change with the file, and a fresh estimate
         # (0) would put the threshold back at sample_rate until it caught up (a few tau_s).
@@ -406,14 +407,12 @@ class LiveObserver:
             self.effective_rate / self.workers,
             exchange.kind,
         )
-        try:
-            self._queue.put_nowait(sample)
-        except asyncio.QueueFull:
+        if not self._queue.offer(sample, exchange.size, self.observer.queue_size):
             self.dropped += 1
 
     # -- background work ---------------------------------------------------------------------
     def start(self) -> list[asyncio.Task[None]]:
-        self._queue = asyncio.Queue(self.observer.queue_size)
+        self._queue = SampleQueue()
         loop = asyncio.get_running_loop()
         return [
             loop.create_task(self._every(lambda: 0.25, self._drain_async)),
@@ -442,7 +441,7 @@ class LiveObserver:
     async def _consume(self) -> None:
         assert self._queue is not None
         while True:
-            sample = await self._queue.get()
+            sample = await self._queue.take()
             try:
                 await self.process(sample)
             except Exception:

@@ -266,6 +266,7 @@ class ProxyService:
                 score=decision.score,
                 request_id=record.request_id.decode(),
                 ladder=record.ladder.names,
+                request_bytes=record.request_bytes,
             )
             for listener in wanted:
                 listener.exchange_done(done)

@@ -30,6 +30,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.observer.completions import completion_texts
 from gateway.protocol import EndpointKind
 from gateway.proxy.rewrite import usage_counts
+from gateway.sample_queue import SampleQueue
 from gateway.shadow.judges import decides_stochastic, judge
 from gateway.shadow.labels import LabelLog
 from gateway.shadow.monitor import CalibrationMonitor, Label
@@ -150,7 +151,7 @@ class ShadowSampler:
         self.features = features
         self.sinks: list[LabelSink] = []
         self.inflight = 0
-        self._queue: asyncio.Queue[CompletedExchange] | None = None
+        self._queue: SampleQueue[CompletedExchange] | None = None
         self._log: LabelLog | None = None
         shadow = settings.shadow
         self.monitor = CalibrationMonitor(shadow.window, shadow.drift_margin, shadow.min_labels)
@@ -242,17 +243,15 @@ class ShadowSampler:
         if self._queue is None:
             return
         # Bounded here, by the current settings, so that a reload can change the bound.
-        if self._queue.qsize() >= self.settings.queue_size:
+        if not self._queue.offer(exchange, exchange.size, self.settings.queue_size):
             self._count(exchange, "skipped_queue_full")
-            return
-        self._queue.put_nowait(exchange)
 
     # -- background ------------------------------------------------------------------------
     def start(self) -> list[asyncio.Task[None]]:
-        self._queue = asyncio.Queue()  # unbounded: exchange_done applies `queue_size`
+        self._queue = SampleQueue()  # exchange_done applies `queue_size`
         return [asyncio.get_running_loop().create_task(self._dispatch(self._queue))]
 
-    async def _dispatch(self, queue: asyncio.Queue[CompletedExchange]) -> None:
+    async def _dispatch(self, queue: SampleQueue[CompletedExchange]) -> None:
         """Evaluates queued exchanges, at most `max_concurrency` at a time (read before each
         one starts, so a reload applies it); cancelling it cancels them."""
         running: set[asyncio.Task[None]] = set()
@@ -260,7 +259,7 @@ class ShadowSampler:
             while True:
                 while len(running) >= self.settings.max_concurrency:
                     await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-                exchange = await queue.get()
+                exchange = await queue.take()
                 task = asyncio.create_task(self._evaluate_logged(exchange))
                 running.add(task)
                 task.add_done_callback(running.discard)

@@ -680,3 +680,22 @@ def test_a_stream_answer_that_is_no_event_stream_fails_over(
 ) -> None:
     """Relayed, either reached the client as a 200 event stream with no event in it."""
     _stream_failed_over_from(Reply(pieces=[body], content_type=content_type))
+
+
+def test_a_captured_exchange_holds_the_size_of_its_request_and_answer(
+    upstream_pair: tuple[FakeUpstream, FakeUpstream, GatewayThread],
+) -> None:
+    """What the listeners' queues bound in bytes: the client's body and the relayed answer."""
+    _, top, gw = upstream_pair
+    answer = b'{"id":"x","model":"served/top","choices":[]}'
+    top.reply = Reply(body=answer)
+    captured: list[Any] = []
+    observer: Any = gw.app.observer
+    observer.wants_capture = lambda *_: True
+    observer.exchange_done = captured.append
+    body = orjson.dumps({**ASK, "padding": "x" * 5000})
+    status, _, relayed = call(gw, body)  # type: ignore[arg-type]
+    assert status == 200
+    (exchange,) = captured
+    assert exchange.request_bytes == len(body)
+    assert exchange.size == len(body) + len(relayed)

@@ -4,6 +4,7 @@ rate a sample was taken at bounds the LRU replay."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import random
 from types import SimpleNamespace
@@ -292,3 +293,22 @@ def test_a_worker_samples_its_share_of_the_cap_and_replays_its_share_of_the_cach
         return live._queue.get_nowait()
 
     assert asyncio.run(queued()).rate == live.effective_rate / 2  # half the sampled traffic
+
+
+def test_queued_samples_are_bounded_in_bytes() -> None:
+    """1,000 samples of 4 MiB requests (the body limit) held 4 GiB while /tokenize was slow:
+    the queue was bounded in samples only. A sample past the byte bound is dropped."""
+    live = observer_with(Clock(), sample_rate=1.0)
+
+    async def scenario() -> list[Sample]:
+        live.start()
+        assert live._queue is not None
+        live._queue.max_bytes = 10_000
+        big = dataclasses.replace(completed(chat(0, 0)), request_bytes=6000)
+        live.exchange_done(big)
+        live.exchange_done(dataclasses.replace(big, request=chat(1, 0)))  # 12,000 bytes
+        queued = [live._queue.get_nowait()]
+        assert live._queue.empty() and live._queue.bytes == 0
+        return queued
+
+    assert len(asyncio.run(scenario())) == 1 and live.dropped == 1

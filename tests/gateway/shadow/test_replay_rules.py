@@ -196,6 +196,37 @@ def test_a_reload_applies_new_queue_and_concurrency_bounds(
     assert harness.count("nvfp4", "skipped_queue_full") == 1  # not the budget: the queue
 
 
+def test_waiting_exchanges_are_bounded_in_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """256 waiting exchanges of 4 MiB requests held a gigabyte behind a busy top tier: the
+    queue counted exchanges only. One past the byte bound is a skipped_queue_full."""
+    harness = Harness(settings(shadow={"max_concurrency": 1, "queue_size": 100}))
+    sampler = harness.sampler
+    release = asyncio.Event()
+
+    async def evaluate(served: CompletedExchange) -> bool | None:
+        await release.wait()
+        return True
+
+    monkeypatch.setattr(sampler, "evaluate", evaluate)
+    big = dataclasses.replace(exchange(0), request_bytes=6000)
+
+    async def scenario() -> None:
+        tasks = sampler.start()
+        assert sampler._queue is not None
+        sampler._queue.max_bytes = 10_000
+        sampler.exchange_done(big)  # taken at once: evaluating, not waiting
+        await asyncio.sleep(0.01)
+        sampler.exchange_done(big)
+        sampler.exchange_done(big)  # 12,000 bytes waiting: refused
+        release.set()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    asyncio.run(scenario())
+    assert harness.count("nvfp4", "skipped_queue_full") == 1
+
+
 def test_kept_text_lines_keep_every_field_the_features_read() -> None:
     request = {
         "model": "m",
