@@ -732,41 +732,13 @@ def test_a_reload_that_moves_the_tier_while_its_replay_is_out_labels_nothing() -
     """The ladder is checked when the evaluation starts, but the replay takes seconds: a
     reload landing meanwhile that put another tier at the exchange's index gave that tier
     the label (and the recalibrator an index of the old ladder)."""
-    import orjson
-
     from gateway.app import build_app
-    from gateway.stats import CompletedExchange
 
-    def settings(tiers: list[tuple[str, str]]) -> Settings:
-        return parse_settings(
-            {
-                "model": MODEL,
-                "tiers": [
-                    {"name": n, "precision": p, "endpoints": ["http://127.0.0.1:9/v1"]}
-                    for n, p in tiers
-                ],
-                "tenants": [{"name": "t", "api_keys": ["sk-t"]}],
-                "shadow": {"rate": 1.0, "assume_deterministic": True, "explore_rate": 0.0},
-            }
-        )
-
-    app = build_app(settings([("a", "nvfp4"), ("b", "bf16")]), environ={})
-    answer = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}}]}
-    exchange = CompletedExchange(
-        tenant="t",
-        kind="chat",
-        tier="a",
-        tier_index=0,
-        request={"messages": [{"role": "user", "content": "hi"}]},
-        body=orjson.dumps(answer),
-        probability=0.9,
-        probabilities=(0.9, 1.0),
-        reason="router",
-        score=0.5,
-    )
+    app = build_app(shadowed(TWO_TIERS, ["t"]), environ={})
+    exchange = served_on_a("t")
 
     async def replayed(*_: Any) -> str:
-        app.reload(settings([("n", "nvfp4"), ("a", "w4a16"), ("b", "bf16")]))  # mid-replay
+        app.reload(shadowed([("n", "nvfp4"), ("a", "w4a16"), ("b", "bf16")], ["t"]))  # mid-replay
         return "no"
 
     app.shadow._fetch = replayed  # type: ignore[method-assign,assignment]
@@ -791,42 +763,18 @@ def test_a_replay_that_fails_after_a_reload_shrank_the_ladder_is_counted_under_i
     """A failed replay is counted under the served tier: named by its index on the ladder
     of now, which a reload while the replay was out had shortened, it raised an IndexError
     (logged as a crash of the evaluation, counted as failed under the served tier's name)."""
-    import orjson
+    import dataclasses
 
     from gateway.app import build_app
-    from gateway.stats import CompletedExchange
-
-    def settings(tiers: list[tuple[str, str]]) -> Settings:
-        return parse_settings(
-            {
-                "model": MODEL,
-                "tiers": [
-                    {"name": n, "precision": p, "endpoints": ["http://127.0.0.1:9/v1"]}
-                    for n, p in tiers
-                ],
-                "tenants": [{"name": "t", "api_keys": ["sk-t"]}],
-                "shadow": {"rate": 1.0, "assume_deterministic": True, "explore_rate": 0.0},
-            }
-        )
 
     ladder = [("n", "nvfp4"), ("q", "w4a16"), ("w", "fp8"), ("b", "bf16")]
-    app = build_app(settings(ladder), environ={})
-    answer = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}}]}
-    exchange = CompletedExchange(
-        tenant="t",
-        kind="chat",
-        tier="w",
-        tier_index=2,
-        request={"messages": [{"role": "user", "content": "hi"}]},
-        body=orjson.dumps(answer),
-        probability=0.9,
-        probabilities=(0.7, 0.8, 0.9, 1.0),
-        reason="router",
-        score=0.5,
+    app = build_app(shadowed(ladder, ["t"]), environ={})
+    exchange = dataclasses.replace(
+        served_on_a("t"), tier="w", tier_index=2, probabilities=(0.7, 0.8, 0.9, 1.0)
     )
 
     async def replay_lost(*_: Any) -> None:
-        app.reload(settings([("n", "nvfp4"), ("b", "bf16")]))  # while the replay is out
+        app.reload(shadowed([("n", "nvfp4"), ("b", "bf16")], ["t"]))  # while the replay is out
 
     app.shadow._replay = replay_lost  # type: ignore[method-assign,assignment]
     asyncio.run(app.shadow._evaluate_logged(exchange))

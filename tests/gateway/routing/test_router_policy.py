@@ -575,24 +575,29 @@ def test_alpha_tunes_on_the_validation_rows_that_score_every_tier() -> None:
     assert none.routing["t"].thresholds == (1.0, 0.8)  # nvfp4 costs what w4a16 does
 
 
-def test_default_thresholds_never_take_a_tier_the_next_one_matches_in_cost() -> None:
-    """nvfp4 and w4a16 cost the same on the default ladder: a tenant on default_threshold
-    was sent to nvfp4 whenever its probability cleared it, though w4a16's is at least as
-    high at the same cost. Explicit thresholds stay as the operator set them, and a tenant
-    that may not use w4a16 still routes to nvfp4 (its next tier up is bf16)."""
-    config = parse_settings(
+def default_ladder(*tenants: dict[str, Any]) -> Any:
+    """nvfp4, w4a16 and bf16 at their default costs (0.25, 0.25, 1.0), nobody listening."""
+    return parse_settings(
         {
             "model": MODEL,
             "tiers": [
                 {"name": n, "precision": n, "endpoints": ["http://127.0.0.1:9/v1"]}
                 for n in ("nvfp4", "w4a16", "bf16")
             ],
-            "tenants": [
-                {"name": "plain", "api_keys": ["a"]},
-                {"name": "no-w4a16", "api_keys": ["b"], "allowed_tiers": ["nvfp4", "bf16"]},
-                {"name": "explicit", "api_keys": ["c"], "thresholds": {"nvfp4": 0.5}},
-            ],
+            "tenants": list(tenants),
         }
+    )
+
+
+def test_default_thresholds_never_take_a_tier_the_next_one_matches_in_cost() -> None:
+    """nvfp4 and w4a16 cost the same on the default ladder: a tenant on default_threshold
+    was sent to nvfp4 whenever its probability cleared it, though w4a16's is at least as
+    high at the same cost. Explicit thresholds stay as the operator set them, and a tenant
+    that may not use w4a16 still routes to nvfp4 (its next tier up is bf16)."""
+    config = default_ladder(
+        {"name": "plain", "api_keys": ["a"]},
+        {"name": "no-w4a16", "api_keys": ["b"], "allowed_tiers": ["nvfp4", "bf16"]},
+        {"name": "explicit", "api_keys": ["c"], "thresholds": {"nvfp4": 0.5}},
     )
     assert [tier.relative_cost for tier in config.tiers] == [0.25, 0.25, 1.0]
     policy = build_policy(config)
@@ -611,18 +616,9 @@ def test_a_tier_explicit_thresholds_leave_out_takes_the_equal_cost_rule() -> Non
     """`thresholds: {w4a16: 0.6}` left nvfp4 at default_threshold, and nvfp4, tried first,
     took every request the shipped model scores above 0.8: all of them, though w4a16 costs
     the same. A threshold the operator wrote stays as written."""
-    config = parse_settings(
-        {
-            "model": MODEL,
-            "tiers": [
-                {"name": n, "precision": n, "endpoints": ["http://127.0.0.1:9/v1"]}
-                for n in ("nvfp4", "w4a16", "bf16")
-            ],
-            "tenants": [
-                {"name": "w", "api_keys": ["a"], "thresholds": {"w4a16": 0.6}},
-                {"name": "both", "api_keys": ["b"], "thresholds": {"nvfp4": 0.7, "w4a16": 0.6}},
-            ],
-        }
+    config = default_ladder(
+        {"name": "w", "api_keys": ["a"], "thresholds": {"w4a16": 0.6}},
+        {"name": "both", "api_keys": ["b"], "thresholds": {"nvfp4": 0.7, "w4a16": 0.6}},
     )
     policy = build_policy(config)
     assert isinstance(policy, RouterPolicy)
