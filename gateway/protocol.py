@@ -216,6 +216,7 @@ def parse_request(
         raise InvalidRequestError("Request body must be a JSON object.")
     if kind != "completions":
         _check_message_count(kind, data, limits.max_messages)
+    _check_sampling_sizes(data, limits.max_list_items)
     _check_depth(body, data, limits.max_json_depth)
     if kind == "responses":
         _refuse_stateful(data)
@@ -240,6 +241,18 @@ def _check_message_count(kind: EndpointKind, data: dict[str, Any], limit: int) -
         raise InvalidRequestError(
             f"Too many {field}: {len(items)}; the limit is {limit}.", param=field
         )
+
+
+def _check_sampling_sizes(data: dict[str, Any], limit: int) -> None:
+    """Stop strings and logit biases are checked one by one, on the fast path too: 975,000
+    stop strings cost 108 ms and 290,000 biases 160 ms. vLLM takes 4 stop strings unless
+    VLLM_MAX_STOP_STRINGS says more, and a bias per token of the vocabulary at most."""
+    for field in ("stop", "logit_bias"):
+        value = data.get(field)
+        if isinstance(value, list | dict) and len(value) > limit:
+            raise InvalidRequestError(
+                f"Too many entries in {field}: {len(value)}; the limit is {limit}.", param=field
+            )
 
 
 def _check_list_sizes(kind: EndpointKind, data: dict[str, Any], limits: RequestLimits) -> None:
