@@ -7,7 +7,10 @@ connection gets a 400 and is closed.
 
 A request httptools cannot parse (a NUL in a header, a Content-Length beside a
 Transfer-Encoding, a bad chunk size) gets a 400 in OpenAI's error shape naming the parser's
-reason, not uvicorn's plain-text "Invalid HTTP request received.".
+reason, not uvicorn's plain-text "Invalid HTTP request received.". When the unparsable
+request follows one still being served on the same connection (pipelined, or sent while a
+stream runs), the 400 waits for that answer: written at once, it closed the connection and
+lost the earlier request's answer, or cut into its stream.
 
 uvicorn times out idle keep-alive connections, not a head that trickles in (slowloris): a
 connection whose head is not whole `HEAD_TIMEOUT_S` after it began is closed. One coarse
@@ -67,6 +70,7 @@ class BoundedHeadProtocol(HttpToolsProtocol):
     _in_head = True  # reading a head: from the connection's start or the last message's end
     _head_bytes = 0
     _armed = False  # a head deadline is pending
+    _refusal: bytes | None = None  # a 400 held until the requests before it are answered
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -79,6 +83,8 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._refusal is not None:
+            return  # the parser has failed: nothing after that point is a request
         if self._in_head:
             self._head_bytes += len(data)
             if self._head_bytes > MAX_HEAD_BYTES:
@@ -109,9 +115,26 @@ class BoundedHeadProtocol(HttpToolsProtocol):
             b"content-length: %d\r\n" % len(body),
             b"connection: close\r\n\r\n",
         ]
+        answer = b"".join(head) + body
+        if self._in_head and self.cycle is not None and not self.cycle.response_complete:
+            # The bad bytes begin a request after one not yet answered: answer that first.
+            self._refusal = answer
+            self._deadlines.discard(self)  # this head is judged; its slowness is moot
+            self._armed = False
+            return
+        self._refuse(answer)
+
+    def _refuse(self, answer: bytes) -> None:
         assert self.transport is not None  # connected: data arrived
-        self.transport.write(b"".join(head) + body)
+        self.transport.write(answer)
         self.transport.close()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()  # starts the next pipelined request, if any
+        if self._refusal is None or self.transport.is_closing():
+            return  # nothing held back, or the answer closed the connection (HTTP/1.0)
+        if not self.pipeline and self.cycle.response_complete:
+            self._refuse(self._refusal)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()

@@ -147,3 +147,20 @@ def test_an_unparsable_request_gets_an_openai_shaped_400_naming_the_reason(
     error = json.loads(body)["error"]
     assert set(error) == {"message", "type", "param", "code"}
     assert error["type"] == "invalid_request_error" and reason in error["message"]
+
+
+def test_an_unparsable_request_after_one_being_served_waits_for_its_answer() -> None:
+    """Pipelined requests followed by bytes httptools cannot parse: the requests before them
+    are answered in order, then the 400 closes the connection. Written at once, the 400
+    closed the connection first and the requests before it were lost."""
+    health = b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n"
+    with GatewayThread(_settings()) as gw:
+        status, _, body = _answer_to(gw, health + health + b"garbage\r\n\r\n")
+    assert status == b"HTTP/1.1 200 OK"
+    answers = (status + b"\r\n" + body).split(b"HTTP/1.1 ")
+    assert [answer.split(b"\r\n", 1)[0] for answer in answers[1:]] == [
+        b"200 OK",
+        b"200 OK",
+        b"400 Bad Request",
+    ]
+    assert b"Invalid method encountered" in answers[-1]
