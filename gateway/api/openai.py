@@ -14,6 +14,7 @@ from typing import Any, Final, NamedTuple
 from gateway.coarse_timers import CoarseTimers
 from gateway.errors import (
     InvalidRequestError,
+    PayloadTooLargeError,
     RateLimitError,
     RequestTimeoutError,
     ServiceUnavailableError,
@@ -71,12 +72,16 @@ class GenerationHandler:
         )
         ticket: Ticket | None = None
         try:
-            authorization, pin, encoding, upgrade = _read_headers(scope["headers"])
+            authorization, pin, encoding, upgrade, declared, expect = _read_headers(
+                scope["headers"]
+            )
             tenant = self.tenants.authenticate(authorization)
             record.tenant = tenant.name
             if encoding is not None:
                 _refuse_compressed(encoding)
             body_limit = self.admission.body_limit(tenant, self.limits.max_body_bytes)
+            if expect and declared is not None and declared > body_limit:
+                raise UnsentBodyTooLargeError(body_limit)
             body = await self._read_body(receive, body_limit)
             record.request_bytes = len(body)
             if not body and upgrade is not None:
@@ -162,6 +167,8 @@ class RequestHeaders(NamedTuple):
     pin: bytes | None
     encoding: bytes | None  # Content-Encoding
     upgrade: bytes | None
+    content_length: int | None  # as declared; httptools has checked its digits
+    expects_continue: bool  # `Expect: 100-continue`: the body waits for a 100 Continue
 
 
 # A request the shutdown cut before it was served never reached a tier's answer: safe to
@@ -209,6 +216,8 @@ def _read_headers(headers: list[tuple[bytes, bytes]]) -> RequestHeaders:
     """The headers the handler reads; several Authorization headers, or tier pins that
     differ, are refused."""
     authorization = pin = encoding = upgrade = None
+    content_length: int | None = None
+    expects_continue = False
     for name, value in headers:
         if name == b"authorization":
             if authorization is not None:
@@ -222,9 +231,13 @@ def _read_headers(headers: list[tuple[bytes, bytes]]) -> RequestHeaders:
             encoding = value
         elif name == b"upgrade":
             upgrade = value
+        elif name == b"content-length":
+            content_length = int(value)
+        elif name == b"expect":
+            expects_continue = value.strip().lower() == b"100-continue"
         elif name == b"transfer-encoding" and value.strip().lower() != b"chunked":
             raise _unsupported_transfer_coding(value)
-    return RequestHeaders(authorization, pin, encoding, upgrade)
+    return RequestHeaders(authorization, pin, encoding, upgrade, content_length, expects_continue)
 
 
 def _unsupported_transfer_coding(value: bytes) -> InvalidRequestError:
@@ -263,6 +276,23 @@ class BodyLostToUpgradeError(InvalidRequestError):
         )
 
     def headers(self) -> list[tuple[bytes, bytes]]:
+        return [(b"connection", b"close")]
+
+
+class UnsentBodyTooLargeError(PayloadTooLargeError):
+    """A client that sent `Expect: 100-continue` (curl does past 1 KiB) with a Content-Length
+    over the limit gets its 413 instead of "100 Continue": it was asked to upload the whole
+    body, all of it read (the limit and 16 MiB more) only to be refused. A client that sends
+    its body without waiting is answered once it is read, as before: refused with the body
+    still arriving, a connection closed after the answer (`Connection: close`) would reset
+    and lose the 413."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"Request body is larger than the limit of {limit} bytes.")
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        # The body is unsent and may never come: kept alive, the connection would read the
+        # client's next request as that body.
         return [(b"connection", b"close")]
 
 

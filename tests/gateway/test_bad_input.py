@@ -415,3 +415,47 @@ def test_a_body_that_trickles_in_gets_a_408_not_a_connection_held_for_good(
         assert status_line.split()[1] == b"408"
         error = json.loads(rest.partition(b"\r\n\r\n")[2])["error"]
         assert error["code"] == "request_timeout" and "1 s" in error["message"]
+
+
+def _head_with_length(length: int, extra: str = "") -> bytes:
+    return (
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+        f"authorization: Bearer {API_KEY}\r\ncontent-length: {length}\r\n{extra}\r\n"
+    ).encode()
+
+
+def _one_answer(sock: socket.socket) -> tuple[bytes, bytes]:
+    """The head and body of the next answer on `sock` (its body is JSON with a length)."""
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        part = sock.recv(65536)
+        assert part, answer
+        answer += part
+    head, _, body = answer.partition(b"\r\n\r\n")
+    length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+    while len(body) < length:
+        body += sock.recv(65536)
+    return head, body
+
+
+def test_a_declared_length_over_the_limit_is_a_413_instead_of_100_continue(
+    ladder: Ladder,
+) -> None:
+    """A client waiting on `Expect: 100-continue` (curl's way past 1 KiB) with a
+    Content-Length past the limit gets the 413 at once and the connection closes; it was
+    told "100 Continue" and asked to upload the whole body first."""
+    settings = ladder.settings(limits={"max_body_bytes": 4096})
+    with GatewayThread(settings) as gw:
+        with socket.create_connection(("127.0.0.1", gw.port), timeout=5) as sock:
+            sock.sendall(_head_with_length(10**9, "expect: 100-continue\r\n"))
+            head, body = _one_answer(sock)
+            assert head.startswith(b"HTTP/1.1 413 ") and b"connection: close" in head
+            assert json.loads(body)["error"]["code"] == "payload_too_large"
+            assert sock.recv(65536) == b""  # closed: no body will be read as a request
+        with socket.create_connection(("127.0.0.1", gw.port), timeout=5) as sock:
+            # Within the limit, the client is asked for its body and served.
+            chat = json.dumps(CHAT).encode()
+            sock.sendall(_head_with_length(len(chat), "expect: 100-continue\r\n"))
+            assert sock.recv(65536) == b"HTTP/1.1 100 Continue\r\n\r\n"
+            sock.sendall(chat)
+            assert _one_answer(sock)[0].startswith(b"HTTP/1.1 200 ")
