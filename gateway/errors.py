@@ -86,6 +86,13 @@ class RequestTimeoutError(InvalidRequestError):
     status = 408
     default_code = "request_timeout"
 
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        # The connection ends with it (RFC 9110: a 408 means the server stopped waiting).
+        # Kept alive, the rest of the body still counted as this request's: a client that
+        # trickled it on held the connection for good (each byte stops uvicorn's keep-alive
+        # timer), and one that sent its next request had it read as that body.
+        return [(b"connection", b"close")]
+
 
 class AuthenticationError(TiergateError):
     status = 401

@@ -393,7 +393,6 @@ def test_a_gateway_defect_is_an_openai_shaped_500_and_counted(ladder: Ladder) ->
 def test_a_body_that_trickles_in_gets_a_408_not_a_connection_held_for_good(
     ladder: Ladder, sent: bytes
 ) -> None:
-    import socket
 
     settings = ladder.settings(limits={"body_timeout_s": 1.0})
     with GatewayThread(settings) as gw, socket.create_connection(("127.0.0.1", gw.port)) as sock:
@@ -415,6 +414,10 @@ def test_a_body_that_trickles_in_gets_a_408_not_a_connection_held_for_good(
         assert status_line.split()[1] == b"408"
         error = json.loads(rest.partition(b"\r\n\r\n")[2])["error"]
         assert error["code"] == "request_timeout" and "1 s" in error["message"]
+        # The connection ends with the 408: kept alive, the rest of the body was still
+        # awaited, so a client trickling it held the connection past every timer.
+        assert b"connection: close" in rest.partition(b"\r\n\r\n")[0].lower()
+        assert sock.recv(65536) == b""
 
 
 def _head_with_length(length: int, extra: str = "") -> bytes:
