@@ -15,7 +15,9 @@ lost the earlier request's answer, or cut into its stream.
 uvicorn times out idle keep-alive connections, not a head that trickles in (slowloris): a
 connection whose head is not whole `HEAD_TIMEOUT_S` after it began is closed. One coarse
 sweep per event loop checks (`CoarseTimers`), so it is closed 30-45 s in; a timer per
-request would cost more than the rest of the head's handling.
+request would cost more than the rest of the head's handling. The same bound applies to the
+rest of a body answered before it was whole (a 401 on a wrong key): uvicorn drops it as it
+comes, and each byte stopped its keep-alive timer, so a trickle held the connection for good.
 """
 
 from __future__ import annotations
@@ -61,6 +63,13 @@ def _head_timed_out(protocol: BoundedHeadProtocol) -> None:
         protocol._deadlines.add(protocol, _head_timed_out, protocol)
         protocol._armed = True
         return
+    protocol.transport.close()
+
+
+def _unread_body_timed_out(protocol: BoundedHeadProtocol) -> None:
+    protocol._armed = False
+    if protocol._in_head or protocol.transport is None:
+        return  # the body has ended since
     protocol.transport.close()
 
 
@@ -131,10 +140,15 @@ class BoundedHeadProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()  # starts the next pipelined request, if any
-        if self._refusal is None or self.transport.is_closing():
-            return  # nothing held back, or the answer closed the connection (HTTP/1.0)
-        if not self.pipeline and self.cycle.response_complete:
-            self._refuse(self._refusal)
+        if self.transport.is_closing():
+            return  # the answer closed the connection (HTTP/1.0, `connection: close`)
+        if self._refusal is not None:
+            if not self.pipeline and self.cycle.response_complete:
+                self._refuse(self._refusal)
+        elif not self._in_head and self.cycle.response_complete and not self._armed:
+            # Answered before its body was whole: the rest gets as long as a head would.
+            self._deadlines.add(self, _unread_body_timed_out, self)
+            self._armed = True
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -149,6 +163,9 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
+        if self._armed:  # the rest of an answered body came in time
+            self._deadlines.discard(self)
+            self._armed = False
         self._in_head = True  # what arrives next is the next request's head
         self._head_bytes = 0
         super().on_message_complete()

@@ -164,3 +164,47 @@ def test_an_unparsable_request_after_one_being_served_waits_for_its_answer() -> 
         b"400 Bad Request",
     ]
     assert b"Invalid method encountered" in answers[-1]
+
+
+def test_the_rest_of_a_body_answered_early_cannot_hold_the_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A request refused before its body was read (a 401 here) keeps its connection while
+    the rest of the body comes, within HEAD_TIMEOUT_S (shortened here): a client trickling
+    it held the connection for good, each byte stopping uvicorn's keep-alive timer."""
+    monkeypatch.setattr(server_protocol, "HEAD_TIMEOUT_S", 0.5)
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\n"
+    with GatewayThread(_settings()) as gw:
+        with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as sock:
+            sock.sendall(head + b"{")
+            assert _refusal(sock).startswith(b"HTTP/1.1 401 ")
+            started = time.monotonic()
+            sock.settimeout(0.1)
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                while time.monotonic() - started < 5 and not _closed(sock):
+                    sock.sendall(b" ")  # a byte every 0.1 s, never the whole body
+            assert time.monotonic() - started < 2.0
+        with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as sock:
+            sock.sendall(head + b" " * 1000)  # the whole body at once: kept alive
+            assert _refusal(sock).startswith(b"HTTP/1.1 401 ")
+            time.sleep(1.2)
+            sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+            assert _health_answer(sock).startswith(b"HTTP/1.1 200 OK")
+
+
+def _closed(sock: socket.socket) -> bool:
+    """Whether the gateway has closed `sock`, waiting for that up to its timeout."""
+    try:
+        return sock.recv(1, socket.MSG_PEEK) == b""
+    except TimeoutError:
+        return False  # open, nothing to read
+
+
+def _refusal(sock: socket.socket) -> bytes:
+    """One whole OpenAI-shaped error answer: its head and body may come in separate reads."""
+    answer = b""
+    while not answer.endswith(b"}}"):
+        part = sock.recv(4096)
+        assert part, answer
+        answer += part
+    return answer
