@@ -57,9 +57,13 @@ def _head_timed_out(protocol: BoundedHeadProtocol) -> None:
     if not protocol._in_head or protocol.transport is None:
         return
     flow = protocol.flow
-    if flow is not None and flow.read_paused:
-        # uvicorn stopped reading while an earlier pipelined request is served: the head's
-        # slowness is the gateway's, not the client's. Look again a sweep later.
+    cycle = protocol.cycle
+    if (flow is not None and flow.read_paused) or (
+        cycle is not None and not cycle.response_complete
+    ):
+        # An earlier request is still being served (uvicorn may have stopped reading): the
+        # head's slowness is not yet the client's, and closing would lose that request's
+        # answer. Look again a sweep later.
         protocol._deadlines.add(protocol, _head_timed_out, protocol)
         protocol._armed = True
         return

@@ -13,7 +13,7 @@ import pytest
 from gateway import server_protocol
 from gateway.config import Settings, parse_settings
 from gateway.server_protocol import MAX_HEAD_BYTES
-from tests.helpers import API_KEY, MODEL, GatewayThread, free_port
+from tests.helpers import API_KEY, MODEL, GatewayThread, Ladder, free_port
 
 
 def _settings() -> Settings:
@@ -208,3 +208,31 @@ def _refusal(sock: socket.socket) -> bytes:
         assert part, answer
         answer += part
     return answer
+
+
+def test_a_slow_head_after_a_request_being_served_does_not_lose_its_answer(
+    monkeypatch: pytest.MonkeyPatch, ladder: Ladder
+) -> None:
+    """A client that pipelines part of its next head while its request waits on the engine
+    gets that request's answer: the head deadline closed the connection under it."""
+    monkeypatch.setattr(server_protocol, "HEAD_TIMEOUT_S", 0.5)
+    for sim in ladder.sims:
+        sim.faults(added_latency_s=2.0)
+    try:
+        with (
+            GatewayThread(ladder.settings()) as gw,
+            socket.create_connection(("127.0.0.1", gw.port), timeout=10) as sock,
+        ):
+            body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}]})
+            head = (
+                f"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+                f"authorization: Bearer {API_KEY}\r\ncontent-length: {len(body)}\r\n\r\n"
+            )
+            sock.sendall(head.encode() + body.encode() + b"GET /health HT")
+            answer = b""
+            while part := sock.recv(65536):  # then the unfinished head is cut off
+                answer += part
+            assert answer.startswith(b"HTTP/1.1 200 ") and b'"chat.completion"' in answer
+    finally:
+        for sim in ladder.sims:
+            sim.faults(added_latency_s=0.0)
