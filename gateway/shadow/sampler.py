@@ -308,6 +308,8 @@ class ShadowSampler:
         if reference is None:
             return None
         verdict = self._judge(exchange, exchange.tier_index, served, reference, deterministic)
+        if self._ladder_moved(exchange):
+            return None  # counted by _judge; exploring would replay on the old ladder's tier
         explore = self.settings.explore_rate
         if exchange.tier_index > 0 and explore > 0 and self.rng() < explore:
             below = pick_below(exchange.tier_index, allowed, self.rng())

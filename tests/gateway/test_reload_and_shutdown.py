@@ -799,3 +799,35 @@ def test_an_exchange_whose_ladder_a_reload_renamed_below_or_above_it_is_not_labe
     exported = app.exposition()[0].decode().splitlines()
     skipped = 'tiergate_shadow_requests_total{outcome="skipped_ladder_changed",tenant="t",tier="a"}'
     assert f"{skipped} 1.0" in exported
+
+
+def test_a_reload_while_the_reference_is_out_explores_no_further() -> None:
+    """The served tier's label was skipped when a reload moved the ladder during the
+    reference replay, but the exploration went on: one more replay, on a tier of the old
+    ladder, only to be skipped in its turn and counted a second time under the served tier."""
+    import dataclasses
+
+    from gateway.app import build_app
+
+    def exploring(names: str) -> Any:
+        settings = shadowed(list(zip(names, ("nvfp4", "w4a16", "bf16"), strict=True)), ["t"])
+        shadow = settings.shadow.model_copy(update={"explore_rate": 1.0})
+        return settings.model_copy(update={"shadow": shadow})
+
+    app = build_app(exploring("nab"), environ={})
+    exchange = dataclasses.replace(
+        served_on_a("t"), tier_index=1, probabilities=(0.8, 0.9, 1.0), ladder=("n", "a", "b")
+    )
+    fetched: list[int] = []
+
+    async def replayed(_target: Any, _exchange: Any, labelled: int, _det: bool) -> str:
+        fetched.append(labelled)
+        app.reload(exploring("mab"))  # renames the tier it would explore
+        return "no"
+
+    app.shadow._fetch = replayed  # type: ignore[method-assign,assignment]
+    assert asyncio.run(app.shadow.evaluate(exchange)) is None
+    assert fetched == [1]  # the reference only
+    exported = app.exposition()[0].decode().splitlines()
+    skipped = 'tiergate_shadow_requests_total{outcome="skipped_ladder_changed",tenant="t",tier="a"}'
+    assert f"{skipped} 1.0" in exported
