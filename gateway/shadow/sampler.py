@@ -504,12 +504,12 @@ class ShadowSampler:
     def _count(
         self, exchange: CompletedExchange, outcome: str, labelled: int | None = None
     ) -> None:
-        # The served tier is named as at capture (a reload may have moved it since, also while
-        # its replay was out: its old index may now name another tier, or none).
+        # Tiers are named as at capture (a reload may have moved them since, also while a
+        # replay was out: an old index may now name another tier, or none).
         if labelled is None or labelled == exchange.tier_index:
             tier = exchange.tier
         else:
-            tier = self.names[labelled]
+            tier = (exchange.ladder or self.names)[labelled]
         self.metrics.shadow_requests.labels(exchange.tenant, tier, outcome).inc()
 
     def _count_for(self, tenant: str, tier: int, outcome: str) -> None:

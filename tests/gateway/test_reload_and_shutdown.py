@@ -831,3 +831,35 @@ def test_a_reload_while_the_reference_is_out_explores_no_further() -> None:
     exported = app.exposition()[0].decode().splitlines()
     skipped = 'tiergate_shadow_requests_total{outcome="skipped_ladder_changed",tenant="t",tier="a"}'
     assert f"{skipped} 1.0" in exported
+
+
+def test_an_explored_replay_that_fails_after_a_reload_is_counted_under_its_tier(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A top-tier answer explores a cheaper tier; a reload while that replay was out shrank
+    the ladder, and the failure, named by the explored tier's index on the ladder of now,
+    raised an IndexError (logged as a crash, counted failed under the served tier)."""
+    import dataclasses
+
+    from gateway.app import build_app
+
+    ladder = [("n", "nvfp4"), ("q", "w4a16"), ("w", "fp8"), ("b", "bf16")]
+    app = build_app(shadowed(ladder, ["t"]), environ={})
+    app.shadow.rng = lambda: 0.9  # explores "w", the last tier below the top
+    exchange = dataclasses.replace(
+        served_on_a("t"),
+        tier="b",
+        tier_index=3,
+        probabilities=(0.7, 0.8, 0.9, 1.0),
+        ladder=("n", "q", "w", "b"),
+    )
+
+    async def replay_lost(*_: Any) -> None:
+        app.reload(shadowed([("n", "nvfp4"), ("b", "bf16")], ["t"]))  # while the replay is out
+
+    app.shadow._replay = replay_lost  # type: ignore[method-assign,assignment]
+    asyncio.run(app.shadow._evaluate_logged(exchange))
+    assert "shadow evaluation failed" not in caplog.text
+    exported = app.exposition()[0].decode().splitlines()
+    failed = 'tiergate_shadow_requests_total{outcome="failed",tenant="t",tier="w"} 1.0'
+    assert failed in exported
