@@ -49,6 +49,7 @@ class RequestRecord:
     rejected: str | None = None  # why admission refused it (a fixed code vocabulary)
     request_id: bytes = b""  # the gateway's x-request-id (request_ids.py)
     request_bytes: int = 0  # of the client's body
+    upload_s: float = 0.0  # reading the client's body: the client's time, not overhead
 
 
 @dataclass(frozen=True, slots=True)

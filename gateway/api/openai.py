@@ -82,7 +82,9 @@ class GenerationHandler:
             body_limit = self.admission.body_limit(tenant, self.limits.max_body_bytes)
             if expect and declared is not None and declared > body_limit:
                 raise UnsentBodyTooLargeError(body_limit)
+            upload_from = time.perf_counter()
             body = await self._read_body(receive, body_limit)
+            record.upload_s = time.perf_counter() - upload_from
             record.request_bytes = len(body)
             if not body and upgrade is not None:
                 raise BodyLostToUpgradeError(upgrade)

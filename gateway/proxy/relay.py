@@ -88,7 +88,8 @@ class Exchange:
             self.upstream_request = self.request
 
     def headers(self, content_type: bytes) -> list[tuple[bytes, bytes]]:
-        overhead = time.perf_counter() - self.started - self.waited
+        # The gateway's own time: not the upstream's, nor the client's upload of its body.
+        overhead = time.perf_counter() - self.started - self.waited - self.record.upload_s
         self.record.overhead_s = overhead
         headers = [
             (b"content-type", content_type),

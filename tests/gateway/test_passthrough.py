@@ -699,3 +699,28 @@ def test_a_captured_exchange_holds_the_size_of_its_request_and_answer(
     (exchange,) = captured
     assert exchange.request_bytes == len(body)
     assert exchange.size == len(body) + len(relayed)
+
+
+def test_the_overhead_leaves_out_the_clients_upload(
+    upstream_pair: tuple[FakeUpstream, FakeUpstream, GatewayThread],
+) -> None:
+    """A client that paused 1.5 s between its head and its body was reported as 1,500 ms of
+    gateway overhead (the header and tiergate_gateway_overhead_seconds)."""
+    _, top, gw = upstream_pair
+    top.reply = Reply(body=b'{"id":"x","model":"served/top","choices":[]}')
+    body = orjson.dumps(ASK)
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {API_KEY}\r\n"
+        f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+    ).encode()
+    with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as client:
+        client.sendall(head)
+        time.sleep(1.5)
+        client.sendall(body)
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            answer += client.recv(65536)
+    status, *lines = answer.split(b"\r\n\r\n", 1)[0].decode().split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines)
+    assert status.split()[1] == "200"
+    assert float(headers["x-tiergate-overhead-ms"]) < 1000  # about 1 ms; the pause 1,500
