@@ -682,6 +682,20 @@ def served_on_a(tenant: str) -> Any:
 
 
 TWO_TIERS = [("a", "nvfp4"), ("b", "bf16")]
+FOUR_TIERS = [("n", "nvfp4"), ("q", "w4a16"), ("w", "fp8"), ("b", "bf16")]
+
+
+def evaluated_across_a_shrinking_reload(app: Any, exchange: Any) -> list[str]:
+    """/metrics after `exchange` is evaluated while a reload to two tiers lands during its
+    replay, which is lost."""
+
+    async def replay_lost(*_: Any) -> None:
+        app.reload(shadowed([("n", "nvfp4"), ("b", "bf16")], ["t"]))
+
+    app.shadow._replay = replay_lost
+    asyncio.run(app.shadow._evaluate_logged(exchange))
+    lines: list[str] = app.exposition()[0].decode().splitlines()
+    return lines
 
 
 def test_a_shadow_label_of_a_tenant_removed_while_it_was_judged_stays_out() -> None:
@@ -767,19 +781,13 @@ def test_a_replay_that_fails_after_a_reload_shrank_the_ladder_is_counted_under_i
 
     from gateway.app import build_app
 
-    ladder = [("n", "nvfp4"), ("q", "w4a16"), ("w", "fp8"), ("b", "bf16")]
-    app = build_app(shadowed(ladder, ["t"]), environ={})
+    app = build_app(shadowed(FOUR_TIERS, ["t"]), environ={})
     exchange = dataclasses.replace(
         served_on_a("t"), tier="w", tier_index=2, probabilities=(0.7, 0.8, 0.9, 1.0)
     )
 
-    async def replay_lost(*_: Any) -> None:
-        app.reload(shadowed([("n", "nvfp4"), ("b", "bf16")], ["t"]))  # while the replay is out
-
-    app.shadow._replay = replay_lost  # type: ignore[method-assign,assignment]
-    asyncio.run(app.shadow._evaluate_logged(exchange))
+    exported = evaluated_across_a_shrinking_reload(app, exchange)
     assert "shadow evaluation failed" not in caplog.text
-    exported = app.exposition()[0].decode().splitlines()
     failed = 'tiergate_shadow_requests_total{outcome="failed",tenant="t",tier="w"} 1.0'
     assert failed in exported
 
@@ -843,8 +851,7 @@ def test_an_explored_replay_that_fails_after_a_reload_is_counted_under_its_tier(
 
     from gateway.app import build_app
 
-    ladder = [("n", "nvfp4"), ("q", "w4a16"), ("w", "fp8"), ("b", "bf16")]
-    app = build_app(shadowed(ladder, ["t"]), environ={})
+    app = build_app(shadowed(FOUR_TIERS, ["t"]), environ={})
     app.shadow.rng = lambda: 0.9  # explores "w", the last tier below the top
     exchange = dataclasses.replace(
         served_on_a("t"),
@@ -854,12 +861,7 @@ def test_an_explored_replay_that_fails_after_a_reload_is_counted_under_its_tier(
         ladder=("n", "q", "w", "b"),
     )
 
-    async def replay_lost(*_: Any) -> None:
-        app.reload(shadowed([("n", "nvfp4"), ("b", "bf16")], ["t"]))  # while the replay is out
-
-    app.shadow._replay = replay_lost  # type: ignore[method-assign,assignment]
-    asyncio.run(app.shadow._evaluate_logged(exchange))
+    exported = evaluated_across_a_shrinking_reload(app, exchange)
     assert "shadow evaluation failed" not in caplog.text
-    exported = app.exposition()[0].decode().splitlines()
     failed = 'tiergate_shadow_requests_total{outcome="failed",tenant="t",tier="w"} 1.0'
     assert failed in exported
