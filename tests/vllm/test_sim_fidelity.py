@@ -170,9 +170,11 @@ def test_same_fields_as_vllm(both: Pair, case: str) -> None:
         indices = [[c["index"] for c in answer.get("choices", ())] for answer in (sim, vllm)]
         assert indices[0] == indices[1]
         return
-    # Streams: the opening event, one in the middle and the closing one.
-    assert isinstance(sim, list) and len(sim) >= 3 and len(vllm) >= 3
-    for at in (0, 1, -1):
+    # Streams: the opening event, one in the middle and the closing one. A loaded vLLM may
+    # merge a request's outputs into fewer events (its output collector aggregates what the
+    # API server has not read yet; seen once in CI): then the closing events are compared.
+    assert isinstance(sim, list) and len(sim) >= 3 and vllm
+    for at in (0, 1, -1) if len(vllm) >= 3 else (-1,):
         assert keyed_shape(sim[at]) == keyed_shape(vllm[at]), at
 
 
