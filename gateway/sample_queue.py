@@ -29,9 +29,6 @@ class SampleQueue(Generic[T]):
         self.bytes = 0
         self._items: asyncio.Queue[tuple[T, int]] = asyncio.Queue()
 
-    def qsize(self) -> int:
-        return self._items.qsize()
-
     def empty(self) -> bool:
         return self._items.empty()
 

@@ -80,7 +80,7 @@ class GenerationHandler:
             if encoding is not None:
                 _refuse_compressed(encoding)
             body_limit = self.admission.body_limit(tenant, self.limits.max_body_bytes)
-            if expect and declared is not None and declared > body_limit:
+            if expect and declared is not None and int(declared) > body_limit:
                 raise UnsentBodyTooLargeError(body_limit)
             upload_from = time.perf_counter()
             body = await self._read_body(receive, body_limit)
@@ -108,16 +108,9 @@ class GenerationHandler:
                 record=record,
             )
         except TiergateError as exc:
-            record.status = exc.status
             if isinstance(exc, RateLimitError):
                 record.rejected = exc.code
-            if not channel.started:
-                headers = [
-                    (b"content-type", b"application/json"),
-                    (REQUEST_ID_HEADER, record.request_id),
-                    *exc.headers(),
-                ]
-                await channel.respond(exc.status, headers, exc.body())
+            await _answer_error(channel, record, exc)
         except asyncio.CancelledError:
             if not await _answer_cut_by_shutdown(channel, record):
                 raise
@@ -127,7 +120,10 @@ class GenerationHandler:
             log.exception(
                 "internal error serving %s request %s", self.kind, record.request_id.decode()
             )
-            await _answer_defect(channel, record)
+            defect = TiergateError(
+                "Internal error in the gateway; it has been logged.", code="internal_error"
+            )
+            await _answer_error(channel, record, defect)
         finally:
             record.duration_s = time.perf_counter() - started
             channel.close()
@@ -169,7 +165,7 @@ class RequestHeaders(NamedTuple):
     pin: bytes | None
     encoding: bytes | None  # Content-Encoding
     upgrade: bytes | None
-    content_length: int | None  # as declared; httptools has checked its digits
+    content_length: bytes | None  # as declared; httptools has checked its digits
     expects_continue: bool  # `Expect: 100-continue`: the body waits for a 100 Continue
 
 
@@ -186,14 +182,7 @@ async def _answer_cut_by_shutdown(channel: ClientChannel, record: RequestRecord)
     instead, True; False when the response had begun or the client had left."""
     if channel.started or channel.disconnected:
         return False
-    record.status = 503
-    headers = [
-        (b"content-type", b"application/json"),
-        (REQUEST_ID_HEADER, record.request_id),
-        (b"connection", b"close"),
-        *_SHUTDOWN.headers(),
-    ]
-    await channel.respond(503, headers, _SHUTDOWN.body())
+    await _answer_error(channel, record, _SHUTDOWN, (b"connection", b"close"))
     log.warning(
         "request %s: cut by the shutdown's time limit before it was served",
         record.request_id.decode(),
@@ -204,21 +193,29 @@ async def _answer_cut_by_shutdown(channel: ClientChannel, record: RequestRecord)
     return True
 
 
-async def _answer_defect(channel: ClientChannel, record: RequestRecord) -> None:
-    record.status = 500
+async def _answer_error(
+    channel: ClientChannel,
+    record: RequestRecord,
+    error: TiergateError,
+    *extra: tuple[bytes, bytes],
+) -> None:
+    """`error` in OpenAI's shape with the request's id, unless the answer had begun."""
+    record.status = error.status
     if not channel.started:
-        error = TiergateError(
-            "Internal error in the gateway; it has been logged.", code="internal_error"
-        )
-        headers = [(b"content-type", b"application/json"), (REQUEST_ID_HEADER, record.request_id)]
-        await channel.respond(500, headers, error.body())
+        headers = [
+            (b"content-type", b"application/json"),
+            (REQUEST_ID_HEADER, record.request_id),
+            *extra,
+            *error.headers(),
+        ]
+        await channel.respond(error.status, headers, error.body())
 
 
 def _read_headers(headers: list[tuple[bytes, bytes]]) -> RequestHeaders:
     """The headers the handler reads; several Authorization headers, or tier pins that
     differ, are refused."""
     authorization = pin = encoding = upgrade = None
-    content_length: int | None = None
+    content_length: bytes | None = None
     expects_continue = False
     for name, value in headers:
         if name == b"authorization":
@@ -234,7 +231,7 @@ def _read_headers(headers: list[tuple[bytes, bytes]]) -> RequestHeaders:
         elif name == b"upgrade":
             upgrade = value
         elif name == b"content-length":
-            content_length = int(value)
+            content_length = value
         elif name == b"expect":
             expects_continue = value.strip().lower() == b"100-continue"
         elif name == b"transfer-encoding" and value.strip().lower() != b"chunked":
