@@ -263,6 +263,10 @@ def test_a_stream_cut_by_total_s_counts_against_its_engine_only_if_it_stalled(
             body = {**ASK, "stream": True}
             status, _, relayed = call(gw, body)
             assert status == 200 and b'"error"' in relayed.rsplit(b"data: ", 1)[-1]
+            # The client has the error event before the gateway records the exchange
+            # (circuit first, then metrics): wait for the metric, then read the circuit.
+            labels = {"tenant": "t", "tier": "nvfp4"}
+            assert gw.metric_at_least("tiergate_stream_errors_total", labels, 1) == 1
             circuit = gw.app.runtime.tiers[0].endpoints[0].circuit
             assert circuit.consecutive_failures == (1 if stalled else 0)
 
