@@ -86,6 +86,9 @@ class CompletedExchange:
     # probabilities are positions in it, which a reload may give to other tiers.
     ladder: tuple[str, ...] = ()
     request_bytes: int = 0  # of the client's body: with `body`, what holding it costs
+    # The router model that scored it (its weights' checksum; None: not known). `score` is
+    # that model's, meaningless to another one a reload may have swapped in.
+    router_model: str | None = None
 
     @property
     def size(self) -> int:

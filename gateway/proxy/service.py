@@ -250,6 +250,8 @@ class ProxyService:
         ]
         if wanted:
             exchange.captured = []
+        # Read now: a reload during the exchange may swap the model that scored it.
+        router_model = getattr(self.policy, "model_id", None) if wanted else None
         await self._forward(exchange, tenant)
         if wanted and record.status == 200 and not record.error_after_first_byte:
             assert record.served_tier is not None and exchange.captured is not None
@@ -267,6 +269,7 @@ class ProxyService:
                 request_id=record.request_id.decode(),
                 ladder=record.ladder.names,
                 request_bytes=record.request_bytes,
+                router_model=router_model,
             )
             for listener in wanted:
                 listener.exchange_done(done)

@@ -166,6 +166,8 @@ class Recalibrator:
     def label(self, tenant: str, tier: int, exchange: CompletedExchange, adequate: bool) -> None:
         if exchange.score is None:
             return  # pinned requests carry no router score; they still count as labels elsewhere
+        if exchange.router_model not in (None, self.policy.model_id):
+            return  # scored by a model a reload has swapped out since (attach dropped its kin)
         tiers = self._labels.setdefault(tenant, {})
         labels = tiers.get(tier)
         if labels is None:

@@ -13,6 +13,7 @@ import pytest
 
 from gateway.config import Settings, parse_settings
 from gateway.proxy import relay
+from gateway.routing.factory import build_policy
 from tests.fakes import FakeUpstream, Reply
 from tests.helpers import API_KEY, MODEL, GatewayThread, fixed_policy, send
 
@@ -700,7 +701,7 @@ def test_a_captured_exchange_holds_the_size_of_its_request_and_answer(
     body = orjson.dumps({**ASK, "padding": "x" * 5000})
     status, _, relayed = call(gw, body)  # type: ignore[arg-type]
     assert status == 200
-    (exchange,) = captured
+    (exchange,) = handed_over(captured)
     assert exchange.request_bytes == len(body)
     assert exchange.size == len(body) + len(relayed)
 
@@ -728,3 +729,31 @@ def test_the_overhead_leaves_out_the_clients_upload(
     headers = dict(line.split(": ", 1) for line in lines)
     assert status.split()[1] == "200"
     assert float(headers["x-tiergate-overhead-ms"]) < 1000  # about 1 ms; the pause 1,500
+
+
+def test_a_captured_exchange_names_the_router_model_that_scored_it() -> None:
+    """Its score means something only to that model: the recalibrator drops a label whose
+    model a reload has swapped out while the exchange (or its replay) was out."""
+    with FakeUpstream() as cheap, FakeUpstream() as top:
+        cheap.reply = top.reply = Reply(body=b'{"id":"x","model":"m","choices":[]}')
+        with GatewayThread(two_tiers(cheap, top), policy_factory=build_policy) as gw:
+            captured: list[Any] = []
+            observer: Any = gw.app.observer
+            observer.wants_capture = lambda *_: True
+            observer.exchange_done = captured.append
+            status, _, _ = call(gw, ASK)
+            assert status == 200
+            (exchange,) = handed_over(captured)
+            assert exchange.score is not None  # the router decided
+            policy: Any = gw.app.runtime.policy
+            assert exchange.router_model is not None
+            assert exchange.router_model == policy.model_id
+
+
+def handed_over(captured: list[Any]) -> list[Any]:
+    """`captured` once the gateway has handed the exchange to its listeners, which it does
+    after the client has read the last byte."""
+    deadline = time.monotonic() + 5
+    while not captured and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return captured

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -180,3 +181,33 @@ def test_a_reload_that_removes_a_tenant_drops_its_labels() -> None:
     recalibrator.attach(reloaded)
     assert recalibrator.recalibrate_all() == []
     assert "u" not in reloaded.tenant_models
+
+
+def test_a_label_scored_by_a_swapped_out_model_is_dropped(tmp_path: Path) -> None:
+    """An exchange captured before a reload swapped the router model arrives after it: its
+    score is the old scorer's, and refitting the new model's calibration on it is wrong."""
+    labels, _ = two_type_labels(
+        300, p_easy=0.6, eps=0.03, delta=0.4, tiers=("nvfp4", "w4a16", "bf16"), seed=3
+    )
+    fit_router(labels, TrainConfig(scorer="linear")).save(tmp_path / "other")
+    settings = default_settings()
+    policy = build_policy(settings)
+    assert isinstance(policy, RouterPolicy) and policy.model_id is not None
+    recalibrator = Recalibrator(
+        policy, GatewayMetrics(CollectorRegistry()), window=20, min_labels=10, prior_weight=0
+    )
+    other = RouterSettings(model_dir=tmp_path / "other")
+    swapped = build_policy(settings.model_copy(update={"router": other}))
+    assert isinstance(swapped, RouterPolicy) and swapped.model_id != policy.model_id
+    recalibrator.attach(swapped)
+    old_scores = [
+        dataclasses.replace(scored_exchange(float(s)), router_model=policy.model_id)
+        for s in np.linspace(0.0, 1.0, 20)
+    ]
+    for exchange in old_scores:
+        recalibrator.label("default", 0, exchange, adequate=True)
+    assert recalibrator.recalibrate_all() == []
+    for exchange in old_scores:  # the same labels, scored by the model now serving
+        current = dataclasses.replace(exchange, router_model=swapped.model_id)
+        recalibrator.label("default", 0, current, adequate=True)
+    assert recalibrator.recalibrate_all() == ["default"]
