@@ -2,6 +2,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 PORT ?= 8000
+# The first of the three simulated tiers' ports (`tiergate up --sim-base-port`).
+SIM_BASE_PORT ?= 9001
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
@@ -17,7 +19,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 run: venv
-	$(BIN)/tiergate up --port $(PORT)
+	$(BIN)/tiergate up --port $(PORT) --sim-base-port $(SIM_BASE_PORT)
 
 system-deps:
 	tests/tools/install_system_deps.sh
