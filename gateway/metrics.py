@@ -408,7 +408,7 @@ class GatewayMetrics:
                 # out, circuit open, saturated).
                 first = next((a.outcome for a in attempts if a.tier == decided_at), "unavailable")
                 add(self.escalations, (tenant, decided, tier, first), n)
-        if client_disconnected:  # a JSON request left waiting has no serving tier yet
+        if client_disconnected:  # one left waiting in the gateway has no serving tier
             add(self.client_disconnects, (tenant, tier), n)
         if served is None:
             return

@@ -27,7 +27,7 @@ from gateway.errors import (
     UpstreamError,
 )
 from gateway.protocol import EndpointKind
-from gateway.proxy.attempts import SATURATED, Attempter, AttemptFailed
+from gateway.proxy.attempts import CLIENT_GONE, SATURATED, Attempter, AttemptFailed
 from gateway.proxy.channel import ClientChannel
 from gateway.proxy.departures import DepartureWatch
 from gateway.proxy.events import ExchangeListener
@@ -311,8 +311,14 @@ class ProxyService:
         if failures.only_saturation and await self._queue(exchange, plan, failures, current):
             return
         if exchange.channel.disconnected:
-            exchange.record.client_disconnected = True
-            exchange.record.status = 499
+            record = exchange.record
+            record.client_disconnected = True
+            record.status = 499
+            # Left while an engine had the request: that tier began to serve and spent
+            # tokens nobody metered (counted as unmetered, as a stream left is); left while
+            # waiting in the gateway, no tier did.
+            if record.attempts and record.attempts[-1].outcome == CLIENT_GONE:
+                record.served_tier = record.attempts[-1].tier
             return
         if failures.only_saturation:
             raise RateLimitError(

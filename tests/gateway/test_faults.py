@@ -531,6 +531,35 @@ def test_a_client_that_leaves_while_queued_is_never_sent_upstream(fault_ladder: 
         assert gw.metric("tiergate_unmetered_requests_total", left) == 0  # no tier served it
 
 
+def test_a_client_that_leaves_a_json_request_the_engine_has_counts_it_unmetered_there(
+    fault_ladder: Ladder,
+) -> None:
+    """The engine generated for it until the abort, and its usage never came: the tier
+    that began to serve it is named, and the request counts as unmetered there (a stream
+    left the same way already was; the JSON one went to tier `_none`, in no cost)."""
+    import http.client
+
+    nvfp4 = fault_ladder.sims[0]
+    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}]})
+    headers = {"authorization": f"Bearer {API_KEY}", "content-type": "application/json"}
+    with GatewayThread(settings(fault_ladder), policy_factory=fixed_policy(0)) as gw:
+        before = nvfp4.stats()["requests"]
+        nvfp4.faults(added_latency_s=3.0)
+        client = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10)
+        client.request("POST", "/v1/chat/completions", body=body, headers=headers)
+        deadline = time.monotonic() + 5
+        while nvfp4.stats()["requests"] == before and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert nvfp4.stats()["requests"] == before + 1  # the engine has it
+        time.sleep(0.4)  # past JSON_WATCH_DELAY_S: the gateway watches for the departure
+        client.close()
+        left = {"tenant": "default", "tier": "nvfp4"}
+        assert gw.settled_metric("tiergate_client_disconnects_total", left, 1) == 1
+        assert gw.metric("tiergate_unmetered_requests_total", left) == 1
+        requests = {**left, "endpoint": "chat", "status": "499"}
+        assert gw.metric("tiergate_requests_total", requests) == 1
+
+
 def test_a_slot_freed_by_a_request_from_before_a_reload_wakes_the_queue(
     fault_ladder: Ladder,
 ) -> None:
