@@ -409,6 +409,7 @@ class Gateway:
             except Exception:  # a background task that died must not skip the cleanup below
                 log.exception("a background task had failed before shutdown")
         self._tasks.clear()
+        await self.admission.settle()  # the cut requests' shared slots, before the loop closes
         self.shadow.close()
         self.metrics.flush()
         for tier in self.runtime.tiers:

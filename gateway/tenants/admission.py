@@ -8,15 +8,20 @@ when its limits change it keeps the requests in flight and the bucket levels.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from gateway.errors import InvalidRequestError
 from gateway.protocol import EndpointKind, completion_budget
 from gateway.tenants.limits import TenantLimiter, TenantLimits, estimate_tokens
 from gateway.tenants.registry import Tenant
 from gateway.tenants.shared_limits import SharedHold, SharedLimiter
+
+# How long a shutdown waits for shared holds still being given back to Redis (its client's
+# socket timeout is 0.5 s).
+SETTLE_S: Final = 1.0
 
 
 @dataclass(slots=True)
@@ -45,7 +50,7 @@ class Ticket:
         self.admission.inflight[self.tenant] -= 1
         limiter = self.limiter
         if isinstance(limiter, SharedLimiter):
-            await limiter.release(self.hold, self.estimate, used_tokens)
+            await self.admission.give_back(limiter.release(self.hold, self.estimate, used_tokens))
         elif limiter is not None:
             limiter.release(self.estimate, used_tokens if self.charged else None)
 
@@ -59,6 +64,22 @@ class Admission:
         self.max_request_s = max_request_s
         self.inflight: dict[str, int] = {}
         self._limiters: dict[str, TenantLimiter | SharedLimiter | None] = {}
+        self._giving_back: set[asyncio.Task[None]] = set()
+
+    async def give_back(self, release: Coroutine[Any, Any, None]) -> None:
+        """Runs a shared hold's release in a task of its own. A stream cut by the shutdown's
+        time limit releases while its task is being cancelled, and the event loop's close
+        cancels it again: the release to Redis was lost, and the tenant's concurrency slot
+        stayed taken on every replica for the longest request (timeouts.total_s)."""
+        task = asyncio.get_running_loop().create_task(release)
+        self._giving_back.add(task)
+        task.add_done_callback(self._giving_back.discard)
+        await asyncio.shield(task)
+
+    async def settle(self, timeout_s: float = SETTLE_S) -> None:
+        """Waits, at most `timeout_s`, for the shared releases still under way (at shutdown)."""
+        if self._giving_back:
+            await asyncio.wait(set(self._giving_back), timeout=timeout_s)
 
     def configure(self, tenants: Mapping[str, Tenant]) -> None:
         # In process, a tenant keeps one limiter for good, also while it is unlimited or

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import http.client
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -83,6 +86,52 @@ def test_shared_concurrency_slots_are_released(ladder: Ladder, redis_url: str) -
         # Sequential requests never overlap: every one finds the single slot free again, also
         # on the other replica right after the answer (the slot goes back before its last byte).
         assert [chat(gw) for gw in (first, second) * 20] == [200] * 40
+
+
+def read_cut_stream(url: str) -> None:
+    """Reads a Responses stream that the gateway's shutdown cuts short."""
+    body = {"model": MODEL, "input": "hi", "stream": True}
+    with contextlib.suppress(http.client.HTTPException):  # the cut: no last chunk
+        send("POST", url, body, key="sk-shared", timeout=20)
+
+
+def test_a_stream_cut_by_the_shutdown_gives_its_shared_slot_back(redis_url: str) -> None:
+    """Past the graceful shutdown's limit a stream's task is cancelled, and the event loop's
+    close cancels its release to Redis again: the slot stayed taken for the longest request
+    (900 s), and every other replica refused the tenant for that long."""
+    import redis
+
+    from gateway.config import parse_settings
+    from tests.fakes import FakeUpstream, Reply
+
+    delta = b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta"}\n\n'
+    slow = Reply(pieces=[delta] * 60, piece_interval_s=0.05, content_type=b"text/event-stream")
+    with FakeUpstream(slow) as upstream:
+        config = parse_settings(
+            {
+                "model": MODEL,
+                "tiers": [
+                    {"name": tier, "precision": tier, "endpoints": [upstream.url]}
+                    for tier in ("w4a16", "bf16")
+                ],
+                "tenants": [
+                    {"name": "shared", "api_keys": ["sk-shared"], "limits": {"max_concurrency": 1}}
+                ],
+                "shared_limits": {"redis_url": redis_url},
+            }
+        )
+        gw = GatewayThread(config)
+        gw.server.config.timeout_graceful_shutdown = 1
+        with gw:
+            reader = threading.Thread(target=read_cut_stream, args=(f"{gw.url}/v1/responses",))
+            reader.start()
+            inflight = redis.Redis.from_url(redis_url)
+            deadline = time.monotonic() + 5
+            while inflight.zcard("tiergate:shared:inflight") == 0:
+                assert time.monotonic() < deadline, "the stream never took its slot"
+                time.sleep(0.05)
+        reader.join(10)
+        assert inflight.zcard("tiergate:shared:inflight") == 0
 
 
 def test_an_admission_run_late_by_a_stalled_redis_gives_its_slot_back(
