@@ -367,6 +367,9 @@ class Settings(Section):
                     )
             if tenant.allowed_tiers is not None and not tenant.allowed_tiers:
                 raise ValueError(f"tenant {tenant.name!r}: allowed_tiers must not be empty")
+            # A tier listed twice stood next to itself at the same cost, so the router never
+            # chose it (threshold 1.0), and it was tried and listed in /v1/models twice.
+            _require_unique(f"tenant {tenant.name!r}: allowed_tiers", tenant.allowed_tiers or [])
             if tenant.thresholds and tier_names[-1] in tenant.thresholds:
                 raise ValueError(
                     f"tenant {tenant.name!r}: thresholds name the top tier "

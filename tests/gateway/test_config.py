@@ -151,6 +151,15 @@ def test_duplicate_names_rejected() -> None:
         parse_settings(data)
 
 
+def test_a_tier_listed_twice_in_allowed_tiers_is_refused() -> None:
+    """Listed twice, a tier stood next to itself at the same cost: the router gave it
+    threshold 1.0 and never chose it, and /v1/models and the attempt plan listed it twice."""
+    data = base()
+    data["tenants"] = [{"name": "t", "api_keys": ["k"], "allowed_tiers": ["a", "a", "b"]}]
+    with pytest.raises(ConfigError, match="allowed_tiers: name 'a' is used twice"):
+        parse_settings(data)
+
+
 def test_serve_with_invalid_config_exits_2(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text(VALID.replace("precision: w4a16", "precision: w3a16"))
