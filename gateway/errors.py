@@ -221,6 +221,20 @@ def error_event(exc: TiergateError) -> bytes:
     return b"data: " + exc.body() + b"\n\n"
 
 
+def responses_error_event(exc: TiergateError, sequence_number: int) -> bytes:
+    """`error_event` for a Responses stream, whose events are typed: OpenAI's `error`
+    event (type, code, message, param, sequence_number), which clients that dispatch on
+    the event type handle; the SDK yields it as a ResponseErrorEvent."""
+    event = {
+        "type": "error",
+        "code": exc.code or exc.type,
+        "message": exc.message,
+        "param": exc.param,
+        "sequence_number": sequence_number,
+    }
+    return b"event: error\ndata: " + orjson.dumps(event) + b"\n\n"
+
+
 __all__ = [
     "AuthenticationError",
     "InvalidRequestError",
@@ -237,4 +251,5 @@ __all__ = [
     "UpstreamTimeoutError",
     "engine_refusal",
     "error_event",
+    "responses_error_event",
 ]

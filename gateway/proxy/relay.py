@@ -21,7 +21,7 @@ from gateway.backends.h1client import (
     UpstreamTimeout,
     UpstreamTooLarge,
 )
-from gateway.errors import UpstreamError, engine_refusal, error_event
+from gateway.errors import UpstreamError, engine_refusal, error_event, responses_error_event
 from gateway.protocol import EndpointKind
 from gateway.proxy.channel import ClientChannel
 from gateway.proxy.rewrite import (
@@ -40,6 +40,7 @@ _USAGE_MARKERS: Final = (b'"usage":{', b'"usage": {')
 # generation fails after the headers; a Responses stream names an `error` event. Inside a
 # JSON string `"` is escaped and a newline cannot occur, so neither can be content.
 _ENGINE_ERROR_MARKERS: Final = (b'data: {"error"', b"event: error\n")
+_SEQUENCE_KEY: Final = b'"sequence_number":'
 # How long past the request's total_s a stream may wait on its client to read: the
 # upstream's own timer cuts the stream at total_s, and this leaves a slow reader the time
 # to take the error event that says so.
@@ -163,6 +164,7 @@ async def _relay_events(exchange: Exchange, response: UpstreamResponse, stall_s:
     await channel.start(200, headers)
     buffer = SSEBuffer()
     last_read = time.perf_counter()
+    sent = b""  # the last events relayed: a Responses error event numbers itself after them
     try:
         async for chunk in response:
             last_read = time.perf_counter()
@@ -173,6 +175,7 @@ async def _relay_events(exchange: Exchange, response: UpstreamResponse, stall_s:
                 continue
             events = _outgoing(exchange, events)
             if events:
+                sent = events
                 await channel.body(events, more=True)
             if channel.disconnected:
                 _client_left(record)
@@ -194,9 +197,26 @@ async def _relay_events(exchange: Exchange, response: UpstreamResponse, stall_s:
         failure = UpstreamError(
             f"The upstream stream failed after the first byte: {failure_for_client(exc)}"
         )
-        await channel.body(error_event(failure), more=False)
+        if exchange.kind == "responses":
+            event = responses_error_event(failure, _last_sequence_number(sent) + 1)
+        else:
+            event = error_event(failure)
+        await channel.body(event, more=False)
         # Past the headers only total_s can time out.
         return not isinstance(exc, UpstreamTimeout) or time.perf_counter() - last_read >= stall_s
+
+
+def _last_sequence_number(events: bytes) -> int:
+    """The `sequence_number` of the last Responses event in `events`; -1 when none is."""
+    at = events.rfind(_SEQUENCE_KEY)
+    if at < 0:
+        return -1
+    start = at + len(_SEQUENCE_KEY)
+    digits = events[start : start + 20].lstrip(b" ")
+    end = 0
+    while end < len(digits) and digits[end : end + 1].isdigit():
+        end += 1
+    return int(digits[:end]) if end else -1
 
 
 def _outgoing(exchange: Exchange, events: bytes) -> bytes:

@@ -274,6 +274,29 @@ def test_two_broken_tiers_are_ejected_while_the_top_serves(fault_ladder: Ladder)
         assert [sim.stats()["requests"] for sim in fault_ladder.sims[:2]] == seen  # ejected
 
 
+def test_a_dropped_responses_stream_ends_with_the_error_event_the_sdk_knows(
+    fault_ladder: Ladder,
+) -> None:
+    """The official SDK reads the gateway's last event as a ResponseErrorEvent (type
+    `error`), the event an OpenAI Responses stream ends with when it fails."""
+    from openai import OpenAI
+    from openai.types.responses import ResponseErrorEvent
+
+    # Past its first output: a stream cut before it fails over to the next tier instead.
+    fault_ladder.sims[0].faults(drop_mid_stream=1.0, drop_after_chunks=5)
+    with GatewayThread(settings(fault_ladder), policy_factory=fixed_policy(0)) as gw:
+        client = OpenAI(base_url=f"{gw.url}/v1", api_key=API_KEY, max_retries=0, timeout=30)
+        events = list(
+            client.responses.create(model=MODEL, input="hello", max_output_tokens=50, stream=True)
+        )
+        assert events[0].type == "response.created"  # the stream had started
+        last = events[-1]
+        assert isinstance(last, ResponseErrorEvent) and last.code == "upstream_failed"
+        assert last.sequence_number == events[-2].sequence_number + 1
+        labels = {"tenant": "default", "tier": "nvfp4"}
+        assert gw.settled_metric("tiergate_stream_errors_total", labels, 1) == 1
+
+
 def test_drop_mid_stream_ends_with_an_error_event(fault_ladder: Ladder) -> None:
     fault_ladder.sims[0].faults(drop_mid_stream=1.0)
     with GatewayThread(settings(fault_ladder), policy_factory=fixed_policy(0)) as gw:

@@ -167,6 +167,37 @@ def test_a_stream_the_upstream_drops_ends_with_an_error_event() -> None:
     assert exchange.record.status != 499
 
 
+def test_a_responses_stream_the_upstream_drops_ends_with_openais_error_event() -> None:
+    """Responses events are typed and numbered: the gateway's error event is OpenAI's
+    `error` event, numbered after the last event relayed (the chat shape had no type)."""
+    exchange, sent = pinned_exchange()
+    exchange.kind = "responses"
+    delta = (
+        b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
+        b'"delta":"Hi","sequence_number": 7}\n\n'
+    )
+    stream = _Stream([delta, UpstreamConnectError("reset by 10.0.0.1")])
+    response: UpstreamResponse = stream  # type: ignore[assignment]
+    assert asyncio.run(relay_stream(exchange, response, stall_s=60.0))
+    last = relayed_body(sent).split(b"\n\n")[-2]
+    name, data = last.split(b"\n")
+    assert name == b"event: error"
+    event = json.loads(data.removeprefix(b"data: "))
+    assert event["type"] == "error" and event["sequence_number"] == 8
+    assert event["code"] == "upstream_failed" and event["param"] is None
+    assert "failed after the first byte" in event["message"]
+
+
+def test_a_responses_stream_dropped_before_any_numbered_event_numbers_its_error_0() -> None:
+    exchange, sent = pinned_exchange()
+    exchange.kind = "responses"
+    stream = _Stream([b": ping\n\n", UpstreamConnectError("reset")])
+    response: UpstreamResponse = stream  # type: ignore[assignment]
+    asyncio.run(relay_stream(exchange, response, stall_s=60.0))
+    data = relayed_body(sent).rsplit(b"data: ", 1)[-1]
+    assert json.loads(data)["sequence_number"] == 0
+
+
 def test_a_stream_cut_by_its_total_s_is_the_engines_fault_only_after_a_stall() -> None:
     """Cut by the request's own deadline while the engine was producing: not the engine's
     failure; silent for the stall time before the cut: it stalled."""
