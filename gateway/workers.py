@@ -52,10 +52,17 @@ def _accepting(host: str, port: int) -> bool:
         return False
 
 
-def _worker_main(host: str, port: int) -> None:
-    # Until the gateway installs its reload handler, a SIGHUP the supervisor forwards would
-    # end the worker (the default action); the file read at start is the current one anyway.
+def _start_worker(target: Callable[[str, int], None], host: str, port: int) -> None:
+    """What a spawned worker runs first. Until the gateway installs its reload handler, a
+    SIGHUP the supervisor forwards would end the worker (the default action): it is ignored,
+    the file read at start being the current one anyway. The supervisor spawned this process
+    with SIGHUP blocked, so one that came while the interpreter started is dropped here."""
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
+    target(host, port)
+
+
+def _worker_main(host: str, port: int) -> None:
     from gateway.app import create_app_from_env
     from gateway.launcher import die_with_parent, freeze_startup_heap, gateway_server_options
 
@@ -102,9 +109,16 @@ class WorkerSupervisor:
 
     def _spawn(self) -> SpawnProcess:
         process = self._context.Process(
-            target=self.target, args=(self.host, self.port), name="tiergate-worker"
+            target=_start_worker, args=(self.target, self.host, self.port), name="tiergate-worker"
         )
-        process.start()
+        # The blocked mask survives fork and exec: a reload forwarded while the new
+        # interpreter starts (before it can ignore SIGHUP) waits instead of ending it, and
+        # one for the supervisor itself comes when the mask is restored.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+        try:
+            process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         self._started[process.pid] = time.monotonic()
         return process
 

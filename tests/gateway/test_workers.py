@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable
@@ -249,6 +250,36 @@ def test_workers_that_keep_failing_at_start_stop_the_supervisor() -> None:
     supervisor = WorkerSupervisor("127.0.0.1", 0, 2, target=_exit_at_once)
     with pytest.raises(RuntimeError, match=r"5 workers in a row exited .* exit code 3"):
         supervisor.run()
+
+
+def _wait_for_stop(host: str, port: int) -> None:
+    """A worker that serves nothing until the supervisor's SIGTERM ends it."""
+    time.sleep(120)
+
+
+@pytest.mark.slow
+def test_a_reload_forwarded_while_a_worker_starts_does_not_end_it() -> None:
+    """The SIGHUP reached a worker still starting its interpreter, before it could ignore
+    the signal, and ended it (the default action): a reload as a worker started cost a
+    restart, and a few in a row stopped the supervisor."""
+    supervisor = WorkerSupervisor("127.0.0.1", 0, 1, target=_wait_for_stop)
+    pids: list[int | None] = []
+
+    def reload_as_the_worker_starts() -> None:
+        deadline = time.monotonic() + 30
+        while not supervisor._workers and time.monotonic() < deadline:
+            time.sleep(0.001)
+        pids.append(supervisor._workers[0].pid)
+        os.kill(os.getpid(), signal.SIGHUP)  # forwarded while the worker imports its modules
+        time.sleep(3)  # past the restart back-off: a worker it ended is replaced by now
+        pids.append(supervisor._workers[0].pid)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    thread = threading.Thread(target=reload_as_the_worker_starts, daemon=True)
+    thread.start()
+    supervisor.run()
+    thread.join()
+    assert pids[0] is not None and pids == [pids[0], pids[0]]
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])
