@@ -12,6 +12,9 @@ request follows one still being served on the same connection (pipelined, or sen
 stream runs), the 400 waits for that answer: written at once, it closed the connection and
 lost the earlier request's answer, or cut into its stream.
 
+An HTTP/1.1 request without a Host header, or with several, gets the same 400 (RFC 9112
+3.2: a server MUST refuse it); HTTP/1.0 needs none.
+
 uvicorn times out idle keep-alive connections, not a head that trickles in (slowloris): a
 connection whose head is not whole `HEAD_TIMEOUT_S` after it began is closed. One coarse
 sweep per event loop checks (`CoarseTimers`), so it is closed 30-45 s in; a timer per
@@ -84,6 +87,7 @@ class BoundedHeadProtocol(HttpToolsProtocol):
     _head_bytes = 0
     _armed = False  # a head deadline is pending
     _refusal: bytes | None = None  # a 400 held until the requests before it are answered
+    _hosts = 0  # Host headers in the head being read
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -156,11 +160,27 @@ class BoundedHeadProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self._hosts = 0
         if not self._armed:  # the next request on a kept-alive connection
             self._deadlines.add(self, _head_timed_out, self)
             self._armed = True
 
+    def on_header(self, name: bytes, value: bytes) -> None:
+        # uvicorn's own, with a count of Host headers: one comparison more a header, where
+        # counting them in on_headers_complete took a scan of all of them.
+        name = name.lower()
+        if name == b"host":
+            self._hosts += 1
+        elif name == b"expect" and value.lower() == b"100-continue":
+            self.expect_100_continue = True
+        self.headers.append((name, value))
+
     def on_headers_complete(self) -> None:
+        if self._hosts != 1 and self.parser.get_http_version() == "1.1":
+            # Raised here, it is refused as any head the parser rejects (send_400_response).
+            raise httptools.HttpParserError(
+                f"an HTTP/1.1 request needs exactly one Host header, not {self._hosts}"
+            )
         self._in_head = False
         self._deadlines.discard(self)
         self._armed = False

@@ -126,6 +126,9 @@ def _answer_to(gw: GatewayThread, request: bytes) -> tuple[bytes, dict[bytes, by
         ),
         # uvicorn's URL callback refuses it: "User callback error" named nothing.
         (b"CONNECT x:443 HTTP/1.1\r\nhost: x\r\n\r\n", "invalid url b'x:443'"),
+        # RFC 9112 3.2: an HTTP/1.1 server MUST refuse a request without one Host header.
+        (b"GET /health HTTP/1.1\r\n\r\n", "exactly one Host header, not 0"),
+        (b"GET /health HTTP/1.1\r\nhost: a\r\nHost: b\r\n\r\n", "one Host header, not 2"),
     ],
     ids=[
         "nul-in-header",
@@ -133,6 +136,8 @@ def _answer_to(gw: GatewayThread, request: bytes) -> tuple[bytes, dict[bytes, by
         "bad-chunk-size",
         "endless-head",
         "connect-target",
+        "no-host",
+        "two-hosts",
     ],
 )
 def test_an_unparsable_request_gets_an_openai_shaped_400_naming_the_reason(
@@ -147,6 +152,12 @@ def test_an_unparsable_request_gets_an_openai_shaped_400_naming_the_reason(
     error = json.loads(body)["error"]
     assert set(error) == {"message", "type", "param", "code"}
     assert error["type"] == "invalid_request_error" and reason in error["message"]
+
+
+def test_an_http_1_0_request_needs_no_host_header() -> None:
+    with GatewayThread(_settings()) as gw:
+        status, _, body = _answer_to(gw, b"GET /health HTTP/1.0\r\n\r\n")
+    assert status == b"HTTP/1.1 200 OK" and body == b'{"status":"ok"}'
 
 
 def test_an_unparsable_request_after_one_being_served_waits_for_its_answer() -> None:
