@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import http.client
 import json
@@ -462,3 +463,55 @@ def test_a_declared_length_over_the_limit_is_a_413_instead_of_100_continue(
             assert sock.recv(65536) == b"HTTP/1.1 100 Continue\r\n\r\n"
             sock.sendall(chat)
             assert _one_answer(sock)[0].startswith(b"HTTP/1.1 200 ")
+
+
+def test_a_refusal_before_an_expected_body_is_sent_closes_the_connection(
+    ladder: Ladder,
+) -> None:
+    """A request waiting on `100 Continue` that is refused first (a 401) is answered with
+    `connection: close` and the connection closes: kept alive, the client's next request
+    was read as the body it never sent. One whose body came is kept alive."""
+    wrong_key = _head_with_length(30, "expect: 100-continue\r\n").replace(
+        API_KEY.encode(), b"sk-wrong"
+    )
+    health = b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n"
+    with GatewayThread(ladder.settings()) as gw:
+        with socket.create_connection(("127.0.0.1", gw.port), timeout=5) as sock:
+            sock.sendall(wrong_key)
+            head, _ = _one_answer(sock)
+            assert head.startswith(b"HTTP/1.1 401 ") and b"connection: close" in head
+            # Kept alive, it was taken for the unsent body; closed, it may meet a reset.
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                sock.sendall(health)
+                assert sock.recv(65536) == b""
+        with socket.create_connection(("127.0.0.1", gw.port), timeout=5) as sock:
+            chat = json.dumps(CHAT).encode()
+            sock.sendall(_head_with_length(len(chat), "expect: 100-continue\r\n"))
+            assert sock.recv(65536) == b"HTTP/1.1 100 Continue\r\n\r\n"
+            sock.sendall(chat)
+            head, _ = _one_answer(sock)
+            assert head.startswith(b"HTTP/1.1 200 ") and b"connection: close" not in head
+            sock.sendall(health)
+            assert _one_answer(sock)[0].startswith(b"HTTP/1.1 200 ")
+
+
+def test_a_body_sent_after_100_continue_during_a_shutdown_does_not_keep_it_alive(
+    ladder: Ladder,
+) -> None:
+    """The graceful shutdown ends the connection after the request in flight; the body of
+    one that waited on `100 Continue` coming after it began did not make it kept alive."""
+    chat = json.dumps(CHAT).encode()
+    with (
+        GatewayThread(ladder.settings()) as gw,
+        socket.create_connection(("127.0.0.1", gw.port), timeout=5) as sock,
+    ):
+        sock.sendall(_head_with_length(len(chat), "expect: 100-continue\r\n"))
+        assert sock.recv(65536) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        gw.server.should_exit = True
+        deadline = time.monotonic() + 5
+        while any(server.is_serving() for server in gw.server.servers):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)  # the listeners close, and each connection is told at once
+        sock.sendall(chat)
+        head, _ = _one_answer(sock)
+        assert head.startswith(b"HTTP/1.1 200 ") and b"connection: close" in head
