@@ -12,6 +12,11 @@ request follows one still being served on the same connection (pipelined, or sen
 stream runs), the 400 waits for that answer: written at once, it closed the connection and
 lost the earlier request's answer, or cut into its stream.
 
+The trailer section after a chunked body's last chunk is a head of its own, kept as headers
+in memory by httptools and uvicorn however long it grows: past `MAX_HEAD_BYTES` it gets the
+same 400. Its time is the body's (`limits.body_timeout_s`, or the bound below once
+answered).
+
 An HTTP/1.1 request without a Host header, or with several, gets the same 400 (RFC 9112
 3.2: a server MUST refuse it); HTTP/1.0 needs none.
 
@@ -96,6 +101,9 @@ class BoundedHeadProtocol(HttpToolsProtocol):
     _armed = False  # a head deadline is pending
     _refusal: bytes | None = None  # a 400 held until the requests before it are answered
     _hosts = 0  # Host headers in the head being read
+    # A chunk's size line came and none of its data since: the last chunk's trailers follow.
+    _after_chunk_header = False
+    _trailer_bytes = 0
     # A request waiting on `100 Continue`: the keep-alive it asked for, held back until its
     # body begins to come (None: none waiting).
     _keep_alive_once_sent: bool | None = None
@@ -117,6 +125,13 @@ class BoundedHeadProtocol(HttpToolsProtocol):
             self._head_bytes += len(data)
             if self._head_bytes > MAX_HEAD_BYTES:
                 self.send_400_response("Request line and headers are too large.")
+                return
+        elif self._after_chunk_header:
+            # Counted whole from the read after a chunk's size line: a chunk with data ends
+            # the count within that read (on_body), far below the bound.
+            self._trailer_bytes += len(data)
+            if self._trailer_bytes > MAX_HEAD_BYTES:
+                self.send_400_response("The chunked body's trailer section is too large.")
                 return
         super().data_received(data)
 
@@ -205,7 +220,12 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         self._keep_alive_once_sent = None  # the server closes it: a body coming keeps it not
         super().shutdown()
 
+    def on_chunk_header(self) -> None:
+        self._after_chunk_header = True
+        self._trailer_bytes = 0
+
     def on_body(self, body: bytes) -> None:
+        self._after_chunk_header = False
         if self._keep_alive_once_sent is not None:
             self._body_comes()
         _uvicorn_on_body(self, body)  # super() costs ~150 ns more, on every body read
@@ -225,6 +245,7 @@ class BoundedHeadProtocol(HttpToolsProtocol):
             self._armed = False
         self._in_head = True  # what arrives next is the next request's head
         self._head_bytes = 0
+        self._after_chunk_header = False
         super().on_message_complete()
 
 

@@ -154,6 +154,31 @@ def test_an_unparsable_request_gets_an_openai_shaped_400_naming_the_reason(
     assert error["type"] == "invalid_request_error" and reason in error["message"]
 
 
+def _chunked_chat(body: bytes, trailers: bytes) -> bytes:
+    """A chat request whose body comes as one chunk, then the trailer section given."""
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {API_KEY}\r\n"
+        "transfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+    ).encode()
+    return head + b"%x\r\n" % len(body) + body + b"\r\n0\r\n" + trailers + b"\r\n"
+
+
+def test_an_endless_trailer_section_is_refused_and_a_large_chunk_is_not(ladder: Ladder) -> None:
+    """The trailers after a chunked body's last chunk are held as headers: past
+    MAX_HEAD_BYTES they are refused as a head is, not kept until the body's deadline."""
+    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}]})
+    endless = b"x-pad: " + b"a" * 1000 + b"\r\n"
+    with GatewayThread(ladder.settings()) as gw:
+        request = _chunked_chat(body.encode(), endless * (2 * MAX_HEAD_BYTES // len(endless)))
+        status, headers, answer = _answer_to(gw, request)
+        assert status == b"HTTP/1.1 400 Bad Request" and headers[b"connection"] == b"close"
+        assert "trailer section is too large" in json.loads(answer)["error"]["message"]
+        # A chunk larger than the bound, read over many reads, and a short trailer: served.
+        padded = body.encode() + b" " * (2 * MAX_HEAD_BYTES)
+        status, _, answer = _answer_to(gw, _chunked_chat(padded, b"x-end: 1\r\n"))
+        assert status == b"HTTP/1.1 200 OK" and b'"chat.completion"' in answer
+
+
 def test_an_http_1_0_request_needs_no_host_header() -> None:
     with GatewayThread(_settings()) as gw:
         status, _, body = _answer_to(gw, b"GET /health HTTP/1.0\r\n\r\n")
