@@ -269,8 +269,10 @@ def _check_list_sizes(kind: EndpointKind, data: dict[str, Any], limits: RequestL
                     _check_length(one, limits.max_prompt_token_ids, "prompt", "token ids")
         return
     tools = data.get("tools")
-    total = len(tools) if isinstance(tools, list) else 0
-    items = data.get("messages" if kind == "chat" else "input")
+    tool_count = len(tools) if isinstance(tools, list) else 0
+    total = tool_count
+    field = "messages" if kind == "chat" else "input"
+    items = data.get(field)
     for item in items if isinstance(items, list) else ():
         if not isinstance(item, dict):
             continue
@@ -282,9 +284,11 @@ def _check_list_sizes(kind: EndpointKind, data: dict[str, Any], limits: RequestL
         if isinstance(calls, list):
             total += len(calls)
     if total > limits.max_validated_items:
+        # The bound is over several lists: the param names the one that holds most of them.
         raise InvalidRequestError(
             f"Too many content parts, tool calls and tools together: {total}; the limit is "
-            f"{limits.max_validated_items}."
+            f"{limits.max_validated_items}.",
+            param="tools" if 2 * tool_count >= total else field,
         )
 
 

@@ -283,33 +283,52 @@ _CALL = {"id": "c", "type": "function", "function": {"name": "f", "arguments": "
 
 
 @pytest.mark.parametrize(
-    ("kind", "build"),
+    ("kind", "build", "param"),
     [
         # Parts spread over messages, each message under max_list_items: 0.6 s at 4 MiB.
-        ("chat", lambda n: {"messages": _parts("chat", n // 4) * 4}),
-        ("responses", lambda n: {"input": _parts("responses", n // 4) * 4}),
+        ("chat", lambda n: {"messages": _parts("chat", n // 4) * 4}, "messages"),
+        ("responses", lambda n: {"input": _parts("responses", n // 4) * 4}, "input"),
         # Tools and tool calls had no bound at all: 85,000 tools held the loop 0.8 s.
-        ("chat", lambda n: {"messages": [{"role": "user", "content": "hi"}], "tools": [_TOOL] * n}),
-        ("responses", lambda n: {"input": "hi", "tools": [{"type": "function", "name": "f"}] * n}),
-        ("chat", lambda n: {"messages": [{"role": "assistant", "tool_calls": [_CALL] * n}]}),
+        (
+            "chat",
+            lambda n: {"messages": [{"role": "user", "content": "hi"}], "tools": [_TOOL] * n},
+            "tools",
+        ),
+        (
+            "responses",
+            lambda n: {"input": "hi", "tools": [{"type": "function", "name": "f"}] * n},
+            "tools",
+        ),
+        (
+            "chat",
+            lambda n: {"messages": [{"role": "assistant", "tool_calls": [_CALL] * n}]},
+            "messages",
+        ),
         (
             "chat",
             lambda n: {
                 "messages": [
                     *_parts("chat", n // 4) * 2,
-                    {"role": "assistant", "tool_calls": [_CALL] * (n // 2)},
+                    {"role": "assistant", "tool_calls": [_CALL] * (n // 4)},
                 ],
-                "tools": [_TOOL] * (n - n // 4 * 2 - n // 2),
+                "tools": [_TOOL] * (n - n // 4 * 3),
             },
+            "messages",  # three quarters of the items
         ),
     ],
 )
-def test_validated_items_are_bounded_over_the_whole_request(kind: Any, build: Any) -> None:
+def test_validated_items_are_bounded_over_the_whole_request(
+    kind: Any, build: Any, param: str
+) -> None:
+    """Refused naming the list that holds most of the items (the param was null)."""
     limits = RequestLimits()
     limit = limits.max_validated_items
     body = orjson.dumps({"model": "m", **build(limit + 4)})
-    with pytest.raises(InvalidRequestError, match=f"together: {limit + 4}; the limit is {limit}"):
+    with pytest.raises(
+        InvalidRequestError, match=f"together: {limit + 4}; the limit is {limit}"
+    ) as refused:
         parse_request(kind, body, limits, 8 << 20)
+    assert refused.value.param == param
     parse_request(kind, orjson.dumps({"model": "m", **build(limit)}), limits, 8 << 20)
 
 
