@@ -273,12 +273,15 @@ def _check_list_sizes(kind: EndpointKind, data: dict[str, Any], limits: RequestL
     total = tool_count
     field = "messages" if kind == "chat" else "input"
     items = data.get(field)
-    for item in items if isinstance(items, list) else ():
+    for index, item in enumerate(items if isinstance(items, list) else ()):
         if not isinstance(item, dict):
             continue
         content = item.get("content")
         if isinstance(content, list):
-            _check_length(content, limits.max_list_items, "content", "content parts")
+            if len(content) > limits.max_list_items:  # named as validation errors are
+                _check_length(
+                    content, limits.max_list_items, f"{field}.{index}.content", "content parts"
+                )
             total += len(content)
         calls = item.get("tool_calls")
         if isinstance(calls, list):
