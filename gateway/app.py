@@ -622,9 +622,11 @@ def check_settings(
         check_label_log_path(Path(settings.shadow.label_log))
 
 
-def create_app_from_env() -> Gateway:
+def create_app_from_env(host: str | None = None, port: int | None = None) -> Gateway:
     """The factory each worker process calls (`tiergate serve --workers N`): the config
-    path comes from $TIERGATE_CONFIG, set by the parent.
+    path comes from $TIERGATE_CONFIG, set by the parent. `host`, `port` (the socket the
+    worker serves on) and $TIERGATE_WORKERS replace the file's server settings, at start and
+    on every reload, as `serve`'s options do for one process: they are what runs.
 
     A worker that replaces a dead one while the file holds what its siblings refused to
     reload (they keep serving) starts on the last valid configuration the supervisor kept
@@ -635,9 +637,22 @@ def create_app_from_env() -> Gateway:
 
     path = Path(os.environ[CONFIG_ENV])
     kept = os.environ.get(LAST_VALID_CONFIG_ENV)
+    workers = os.environ.get(WORKERS_ENV)
+
+    def running(settings: Settings) -> Settings:
+        given = {"host": host, "port": port, "workers": int(workers) if workers else None}
+        update = {key: value for key, value in given.items() if value is not None}
+        server = settings.server.model_copy(update=update)
+        return settings.model_copy(update={"server": server})
 
     def app_from(settings: Settings) -> Gateway:
-        return build_app(settings, policy_factory=build_policy, config_path=path, watch_config=True)
+        return build_app(
+            running(settings),
+            policy_factory=build_policy,
+            config_path=path,
+            watch_config=True,
+            adjust_loaded=running,
+        )
 
     try:
         settings = load_settings(path)

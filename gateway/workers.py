@@ -68,7 +68,7 @@ def _worker_main(host: str, port: int) -> None:
 
     die_with_parent()
     sock = reuseport_socket(host, port)
-    app = create_app_from_env()
+    app = create_app_from_env(host, port)
     freeze_startup_heap()
     # Ctrl-C reaches the whole process group; the supervisor drains the workers with SIGTERM,
     # so a worker's uvicorn re-raising SIGINT after its graceful exit is no error.

@@ -400,6 +400,9 @@ def test_an_admin_reload_reloads_every_worker(
                 send("POST", f"{gw.url}/admin/reload", {}, key="admin-token").json()["reloads"]
             )
         assert counts == [1, 2, 3]
+        # What runs, not the file's server settings (port 8000, one worker), after reloads.
+        server = send("GET", f"{gw.url}/admin/config", key="admin-token").json()["server"]
+        assert (server["port"], server["workers"]) == (gw.port, 2)
 
 
 @pytest.mark.slow
