@@ -17,10 +17,10 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import uvicorn
 from prometheus_client import CollectorRegistry
@@ -35,6 +35,23 @@ API_KEY = "sk-test-key"
 # What the `keyed_ladder` simulators want on /v1, as a vLLM started with --api-key.
 ENGINE_KEY = "sk-engine-test"
 MODEL = "qwen3-30b-a3b"
+
+
+T = TypeVar("T")
+
+
+def wait_for(probe: Callable[[], T], timeout_s: float = 5.0) -> T:
+    """`probe()` once it is truthy, else its last value after `timeout_s`.
+
+    For state the gateway changes after a response's last byte (circuits, in-flight
+    counts, listeners): a client can finish reading before the gateway gets there.
+    """
+    deadline = time.monotonic() + timeout_s
+    value = probe()
+    while not value and time.monotonic() < deadline:
+        time.sleep(0.01)
+        value = probe()
+    return value
 
 
 def free_port() -> int:

@@ -15,7 +15,7 @@ from gateway.config import Settings, parse_settings
 from gateway.proxy import relay
 from gateway.routing.factory import build_policy
 from tests.fakes import FakeUpstream, Reply
-from tests.helpers import API_KEY, MODEL, GatewayThread, fixed_policy, send
+from tests.helpers import API_KEY, MODEL, GatewayThread, fixed_policy, send, wait_for
 
 
 @pytest.fixture()
@@ -701,7 +701,8 @@ def test_a_captured_exchange_holds_the_size_of_its_request_and_answer(
     body = orjson.dumps({**ASK, "padding": "x" * 5000})
     status, _, relayed = call(gw, body)  # type: ignore[arg-type]
     assert status == 200
-    (exchange,) = handed_over(captured)
+    # The listeners hear of the exchange after its last byte reached the client.
+    (exchange,) = wait_for(lambda: captured)
     assert exchange.request_bytes == len(body)
     assert exchange.size == len(body) + len(relayed)
 
@@ -743,17 +744,8 @@ def test_a_captured_exchange_names_the_router_model_that_scored_it() -> None:
             observer.exchange_done = captured.append
             status, _, _ = call(gw, ASK)
             assert status == 200
-            (exchange,) = handed_over(captured)
+            (exchange,) = wait_for(lambda: captured)
             assert exchange.score is not None  # the router decided
             policy: Any = gw.app.runtime.policy
             assert exchange.router_model is not None
             assert exchange.router_model == policy.model_id
-
-
-def handed_over(captured: list[Any]) -> list[Any]:
-    """`captured` once the gateway has handed the exchange to its listeners, which it does
-    after the client has read the last byte."""
-    deadline = time.monotonic() + 5
-    while not captured and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return captured
