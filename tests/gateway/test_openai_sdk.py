@@ -378,6 +378,14 @@ def test_client_disconnect_cancels_upstream(ladder: Ladder) -> None:
         slow.stop()
 
 
+def released(gw: GatewayThread) -> None:
+    """Waits until the gateway has seen the client leave and released its request: the
+    departure is counted after the tenant's slot and tokens are given back (a fixed sleep
+    let the next request be admitted against the left one's charge on a slow machine)."""
+    labels = {"tenant": "default", "tier": "bf16"}
+    assert gw.settled_metric("tiergate_client_disconnects_total", labels, 1) == 1
+
+
 def test_leaving_a_stream_early_does_not_refund_its_tokens() -> None:
     """A stream left before its closing usage event has still cost tokens: the admission
     estimate stays charged against the tenant's tokens_per_minute (it was refunded whole,
@@ -391,7 +399,7 @@ def test_leaving_a_stream_early_does_not_refund_its_tokens() -> None:
 
         with GatewayThread(parse_settings(data)) as running:
             read_one_event_and_leave(running.port)
-            time.sleep(0.5)  # the gateway sees the disconnect and releases the request
+            released(running)
             client = OpenAI(base_url=f"{running.url}/v1", api_key=API_KEY, max_retries=0)
             with pytest.raises(openai.RateLimitError):
                 client.chat.completions.create(
@@ -429,7 +437,7 @@ def test_a_stream_left_early_is_charged_the_events_it_relayed() -> None:
                 if response.readline().startswith(b"data: "):
                     events += 1
             conn.close()
-            time.sleep(0.5)  # the gateway sees the disconnect and releases the request
+            released(running)
             client = OpenAI(base_url=f"{running.url}/v1", api_key=API_KEY, max_retries=0)
             with pytest.raises(openai.RateLimitError):  # 1000 - 700 read leaves < 400
                 client.chat.completions.create(
