@@ -14,7 +14,18 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import API_KEY, MODEL, GatewayThread, Ladder, Sim, fixed_policy, free_port, send
+from gateway.backends.circuit import CircuitState
+from tests.helpers import (
+    API_KEY,
+    MODEL,
+    GatewayThread,
+    Ladder,
+    Sim,
+    fixed_policy,
+    free_port,
+    send,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -353,7 +364,10 @@ def test_a_saturated_half_open_trial_does_not_keep_the_endpoint_out(
         for _ in range(3):
             assert chat(gw)[1]["x-tiergate-tier"] == "w4a16"  # escalated; ejected after 3
         nvfp4.faults(error_rate=0.0, max_waiting=0)  # answers 503 at once
-        time.sleep(0.6)  # the ejection is over: the next request is the half-open trial
+        # The third failure opens the circuit once w4a16's answer is sent, so the 0.5 s
+        # ejection starts a moment after the client has it: wait for its end, not 0.6 s.
+        circuit = gw.app.runtime.tiers[0].endpoints[0].circuit
+        assert wait_for(lambda: circuit.observed_state is CircuitState.HALF_OPEN)
         assert chat(gw)[1]["x-tiergate-tier"] == "w4a16"
         assert attempts(gw, "nvfp4", "saturated") == 1
         nvfp4.faults(max_waiting=None)
@@ -485,7 +499,6 @@ def test_a_slot_whose_endpoint_is_ejected_before_the_waiter_runs_is_not_used(
     endpoint, gets the queue's 429."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from gateway.backends.circuit import CircuitState
     from gateway.backends.tier import EndpointState, TierBackend
 
     async def handed_then_ejected(
@@ -546,8 +559,9 @@ def test_a_client_that_leaves_while_queued_is_never_sent_upstream(fault_ladder: 
         first.close()
         time.sleep(0.5)  # when the queued request would have gone upstream
         assert nvfp4.stats()["requests"] - before == 1
-        endpoint = gw.app.runtime.tiers[0].endpoints[0]
-        assert endpoint.inflight == 0 and gw.app.admission.inflight["default"] == 0
+        # Both requests give their slots back just after their last byte: a leak stays 1.
+        endpoint, admission = gw.app.runtime.tiers[0].endpoints[0], gw.app.admission
+        assert wait_for(lambda: endpoint.inflight == 0 and admission.inflight["default"] == 0)
         # Counted as a departure although no tier served it.
         left = {"tenant": "default", "tier": "_none"}
         assert gw.settled_metric("tiergate_client_disconnects_total", left, 1) == 1
@@ -779,6 +793,10 @@ def test_total_s_bounds_the_request_not_each_attempt() -> None:
             assert "total" in last["error"]["message"], last
             # 2 s on nvfp4 + the 1 s left, where a per-attempt total_s would take 2 + 3
             assert 2.9 < elapsed < 4.4
+            # The circuit hears of the stream's end after its last byte: read it once the
+            # stream error is counted (the gateway's last step), or a 1 would be missed.
+            labels = {"tenant": "default", "tier": "w4a16"}
+            assert gw.metric_at_least("tiergate_stream_errors_total", labels, 1) == 1
             assert gw.app.runtime.tiers[1].endpoints[0].circuit.consecutive_failures == 0
     finally:
         slow.stop()
