@@ -516,7 +516,7 @@ def test_a_slot_whose_endpoint_is_ejected_before_the_waiter_runs_is_not_used(
     ):
         bf16 = gw.app.runtime.tiers[2].endpoints[0]
         holder = pool.submit(chat, gw)  # bf16's only slot, for 0.6 s
-        time.sleep(0.2)
+        assert wait_for(lambda: bf16.inflight == 1)  # else this request takes the slot
         before = fault_ladder.sims[2].stats()["requests"]
         monkeypatch.setattr(TierBackend, "wait_for_slot", handed_then_ejected)
         status, _, _ = chat(gw)
@@ -550,7 +550,8 @@ def test_a_client_that_leaves_while_queued_is_never_sent_upstream(fault_ladder: 
         nvfp4.faults(added_latency_s=1.0)
         first = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10)
         first.request("POST", "/v1/chat/completions", body=body, headers=headers)
-        time.sleep(0.2)  # the first request holds the only slot
+        endpoint, admission = gw.app.runtime.tiers[0].endpoints[0], gw.app.admission
+        assert wait_for(lambda: endpoint.inflight == 1)  # the first request holds the only slot
         queued = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10)
         queued.request("POST", "/v1/chat/completions", body=body, headers=headers)
         time.sleep(0.4)  # queued, and watched for leaving (after JSON_WATCH_DELAY_S)
@@ -560,7 +561,6 @@ def test_a_client_that_leaves_while_queued_is_never_sent_upstream(fault_ladder: 
         time.sleep(0.5)  # when the queued request would have gone upstream
         assert nvfp4.stats()["requests"] - before == 1
         # Both requests give their slots back just after their last byte: a leak stays 1.
-        endpoint, admission = gw.app.runtime.tiers[0].endpoints[0], gw.app.admission
         assert wait_for(lambda: endpoint.inflight == 0 and admission.inflight["default"] == 0)
         # Counted as a departure although no tier served it.
         left = {"tenant": "default", "tier": "_none"}
