@@ -55,9 +55,10 @@ def wait_for(probe: Callable[[], T], timeout_s: float = 5.0) -> T:
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A port nothing listens on yet, for a server started later: one the kernel picks
+    for bind(0) is in the ephemeral range, where another bind(0) or an outgoing
+    connection can take it before that server binds it (see free_port_block)."""
+    return free_port_block(1)
 
 
 # Every port free_port_block has handed out in this session. The vLLM deployment binds its

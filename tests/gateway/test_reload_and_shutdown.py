@@ -401,7 +401,7 @@ def test_a_reload_of_an_unchanged_file_under_serve_port_warns_of_nothing(
     settings = unreachable_tiers(10, admin={"token": ADMIN})
     path = write_settings(tmp_path / "tiergate.yaml", settings)
     log = tmp_path / "gateway.log"
-    with GatewayProcess(path, port=19260, log_path=log) as gw:
+    with GatewayProcess(path, log_path=log) as gw:  # `serve --port`, a free port
         status, _ = post(f"{gw.url}/admin/reload", {}, ADMIN)
         assert status == 200
     text = log.read_text()
