@@ -567,7 +567,9 @@ def test_a_responses_opening_event_that_arrives_in_pieces_is_still_waited_past()
     )
     assert status == 200 and headers["x-tiergate-tier"] == "bf16"
     assert body == RESPONSES_OPENING + RESPONSES_ANSWER
-    assert seconds < 1.9
+    # 1.5 s (first_byte_s from the attempt's start); a wait restarted by the opening
+    # events' second piece would take 2.5 s. Under 1.9 left a loaded host 0.4 s.
+    assert seconds < 2.2
 
 
 def test_a_responses_request_reaches_the_engine_with_store_off(
