@@ -7,9 +7,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tests.helpers import ENGINE_KEY, SHARED_DATA, GatewayThread, Ladder
 from tests.vllm.preparation import Preparation
+
+# Property tests check results, not speed: Hypothesis's default 200 ms deadline per
+# example (and its too-slow health check) fail a run where the host stalled one example,
+# a full garbage collection of this process or another test's processes on 2 cores
+# ("Unreliable test timings"). Where speed matters a test times it itself.
+settings.register_profile("tiergate", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("tiergate")
 
 
 @pytest.fixture(scope="session")
