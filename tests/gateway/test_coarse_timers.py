@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from gateway.coarse_timers import CoarseTimers
 
@@ -28,18 +29,27 @@ def test_entries_fire_once_due_unless_discarded_first() -> None:
     asyncio.run(scenario())
 
 
+async def until_idle(timers: CoarseTimers, timeout_s: float = 5.0) -> None:
+    """Until the sweep task has ended, a tick after nothing is pending. A fixed sleep could
+    end first: after a stall (a garbage collection) the sweep's late tick and the sleep's
+    end are due together, and the sleep's end ran before the sweep's next, empty tick."""
+    deadline = time.monotonic() + timeout_s
+    while timers.sweeping and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+
+
 def test_the_sweep_runs_while_something_is_pending_and_then_stops() -> None:
     async def scenario() -> None:
         timers = CoarseTimers(0.02)
         fired: list[int] = []
         timers.add(1, fired.append, 1)
-        await asyncio.sleep(0.1)
+        await until_idle(timers)
         assert fired == [1] and timers.pending == 0
         assert not timers.sweeping  # idle: no task left behind
         timers.add(2, fired.append, 2)  # and it starts again
         assert timers.sweeping
-        await asyncio.sleep(0.1)
-        assert fired == [1, 2]
+        await until_idle(timers)
+        assert fired == [1, 2] and not timers.sweeping
 
     asyncio.run(scenario())
 
