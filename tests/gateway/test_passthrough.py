@@ -259,7 +259,9 @@ def test_a_stream_cut_by_total_s_counts_against_its_engine_only_if_it_stalled(
                 pieces=[event] * 60, piece_interval_s=0.05, content_type=b"text/event-stream"
             )
         )
-        settings = two_tiers(cheap, top, first_byte_s=0.5, total_s=1.5)
+        # A stall is 1 s of silence: twenty times the events' spacing, so a loaded host's
+        # pause between two flowing events does not pass for one.
+        settings = two_tiers(cheap, top, first_byte_s=1.0, total_s=2.5)
         with GatewayThread(settings, policy_factory=fixed_policy(0)) as gw:
             body = {**ASK, "stream": True}
             status, _, relayed = call(gw, body)
