@@ -481,8 +481,9 @@ def test_a_request_whose_tier_has_no_usable_endpoint_queues_where_a_slot_can_fre
     ):
         time.sleep(0.3)  # the first health round is over
         gw.app.runtime.tiers[1].endpoints[0].healthy = False
+        bf16 = gw.app.runtime.tiers[2].endpoints[0]
         holder = pool.submit(chat, gw)  # bf16's only slot, for 0.6 s
-        time.sleep(0.2)
+        assert wait_for(lambda: bf16.inflight == 1)  # else this request takes the slot
         started = time.monotonic()
         status, headers, _ = chat(gw)
         assert status == 200 and headers["x-tiergate-tier"] == "bf16"  # not the queue's 429
