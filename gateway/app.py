@@ -392,6 +392,8 @@ class Gateway:
         self._tasks.extend(self.shadow.start())
         self._tasks.append(loop.create_task(self._recalibrate()))
         self._tasks.append(loop.create_task(self._flush_metrics()))
+        if self.admission.redis is not None:
+            self._tasks.append(loop.create_task(self.admission.keep_leases()))
         if self.watch_config and self.config_path is not None:
             self._tasks.append(loop.create_task(self._watch_config()))
         if self.config_path is not None and threading.current_thread() is threading.main_thread():

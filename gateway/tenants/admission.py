@@ -17,7 +17,13 @@ from gateway.errors import InvalidRequestError
 from gateway.protocol import EndpointKind, completion_budget
 from gateway.tenants.limits import TenantLimiter, TenantLimits, estimate_tokens
 from gateway.tenants.registry import Tenant
-from gateway.tenants.shared_limits import SharedHold, SharedLimiter
+from gateway.tenants.shared_limits import (
+    LEASE_S,
+    RENEWALS_PER_LEASE,
+    SharedHold,
+    SharedLimiter,
+    renew_leases,
+)
 
 # How long a shutdown waits for shared holds still being given back to Redis (its client's
 # socket timeout is 0.5 s).
@@ -57,24 +63,41 @@ class Ticket:
 
 class Admission:
     def __init__(
-        self, redis: Any = None, *, prefix: str = "tiergate", max_request_s: float = 900.0
+        self,
+        redis: Any = None,
+        *,
+        prefix: str = "tiergate",
+        max_request_s: float = 900.0,
+        lease_s: float = LEASE_S,
     ) -> None:
         self.redis = redis  # a redis.asyncio.Redis, or None for in-process limits
         self.prefix = prefix
         self.max_request_s = max_request_s
+        self.lease_s = lease_s  # of a shared concurrency slot (shared_limits.LEASE_S)
         self.inflight: dict[str, int] = {}
         self._limiters: dict[str, TenantLimiter | SharedLimiter | None] = {}
+        # Shared limiters a reload replaced whose tickets still hold slots to renew.
+        self._replaced: list[SharedLimiter] = []
         self._giving_back: set[asyncio.Task[None]] = set()
 
     async def give_back(self, release: Coroutine[Any, Any, None]) -> None:
         """Runs a shared hold's release in a task of its own. A stream cut by the shutdown's
         time limit releases while its task is being cancelled, and the event loop's close
         cancels it again: the release to Redis was lost, and the tenant's concurrency slot
-        stayed taken on every replica for the longest request (timeouts.total_s)."""
+        stayed taken on every replica until its lease lapsed (shared_limits.LEASE_S)."""
         task = asyncio.get_running_loop().create_task(release)
         self._giving_back.add(task)
         task.add_done_callback(self._giving_back.discard)
         await asyncio.shield(task)
+
+    async def keep_leases(self) -> None:
+        """Renews the leases of the shared concurrency slots this process holds, until
+        cancelled (the gateway's shutdown; its releases remove the slots themselves)."""
+        while True:
+            await asyncio.sleep(self.lease_s / RENEWALS_PER_LEASE)
+            self._replaced = [limiter for limiter in self._replaced if limiter.holds]
+            current = [lim for lim in self._limiters.values() if isinstance(lim, SharedLimiter)]
+            await renew_leases([*current, *self._replaced])
 
     async def settle(self, timeout_s: float = SETTLE_S) -> None:
         """Waits, at most `timeout_s`, for the shared releases still under way (at shutdown)."""
@@ -102,13 +125,19 @@ class Admission:
             if kept is not None and kept.limits == limits:
                 if isinstance(kept, SharedLimiter):  # timeouts.total_s may have changed
                     kept.max_request_s = self.max_request_s
+                    kept.lease_s = self.lease_s
                 limiters[name] = kept
             elif self.redis is not None and limits == TenantLimits():
                 limiters[name] = None  # unlimited: admission costs no round trip to Redis
             elif self.redis is not None:
                 # The counts live in Redis under the tenant's name: new limits read them.
                 limiters[name] = SharedLimiter(
-                    self.redis, name, limits, prefix=self.prefix, max_request_s=self.max_request_s
+                    self.redis,
+                    name,
+                    limits,
+                    prefix=self.prefix,
+                    max_request_s=self.max_request_s,
+                    lease_s=self.lease_s,
                 )
             elif isinstance(kept, TenantLimiter):
                 # In place: tickets in flight release into this same limiter.
@@ -117,6 +146,12 @@ class Admission:
             else:
                 limiters[name] = TenantLimiter(limits)
             self.inflight.setdefault(name, 0)
+        kept_ids = {id(limiter) for limiter in limiters.values()}
+        self._replaced += [
+            old
+            for old in self._limiters.values()
+            if isinstance(old, SharedLimiter) and id(old) not in kept_ids and old.holds
+        ]
         self._limiters = limiters
 
     @staticmethod

@@ -1,18 +1,21 @@
 """Tenant limits shared by every gateway replica, kept in Redis.
 
 The same semantics as the in-process limiter (tenants/limits.py), made atomic across
-replicas with two Lua scripts that read Redis' own clock:
+replicas with Lua scripts that read Redis' own clock:
 - requests per second and tokens per minute are token buckets (a hash per tenant and
   limit: level, updated);
-- concurrency is a sorted set of in-flight request ids scored by admission time; ids older
-  than the longest possible request are pruned, so a replica that dies cannot leak slots.
+- concurrency is a sorted set of in-flight request ids scored by when their lease was last
+  renewed. Each process renews the leases of the slots it holds every `LEASE_S / 4` (one
+  script call per tenant, off the request path: `renew`), and an admission prunes the slots
+  not renewed for `LEASE_S` (20 s): the slots of a replica or worker that dies (kill -9, an
+  OOM kill, a lost node) come back to the tenant within 20 s.
 When Redis cannot be reached, admission falls back to the replica's in-process limiter
 (the limits then hold per replica) and logs it, rather than failing requests; it keeps to
 the fallback for `REDIS_RETRY_S` before it asks Redis again, since a stalled Redis costs
 every admission that asks it the client's socket timeout. An admission
 that timed out may still run once a stalled Redis resumes: its concurrency slot is removed
-in the background, or it would hold one of the tenant's slots for the longest request; so is
-the slot of a release that failed.
+in the background, or it would hold one of the tenant's slots for a lease; so is the slot
+of a release that failed.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -35,10 +38,18 @@ log = logging.getLogger("tiergate.limits")
 REDIS_RETRY_S: Final = 2.0
 
 # Slots of failed admissions remembered for removal; past this many (a long outage) the
-# rest are left to expire with the longest request.
+# rest are left to expire with their lease.
 MAX_UNSURE_SLOTS: Final = 10_000
 
-# Leads both scripts below: Redis' clock, and `store` for a bucket's level.
+# How long a concurrency slot whose holder stopped renewing it counts against its tenant.
+# Renewed every quarter of it, a live holder may miss three rounds in a row (each costs at
+# most the client's 0.5 s socket timeout) before its slot goes: a Redis or event-loop stall
+# of up to 15 s keeps the live requests counted, and a dead process frees its slots within
+# 20 s instead of `timeouts.total_s` (900 s by default).
+LEASE_S: Final = 20.0
+RENEWALS_PER_LEASE: Final = 4
+
+# Leads the scripts below: Redis' clock, and `store` for a bucket's level.
 _PRELUDE: Final = """
 local now_parts = redis.call('TIME')
 local now = tonumber(now_parts[1]) + tonumber(now_parts[2]) / 1e6
@@ -51,7 +62,7 @@ end
 """
 
 _ADMIT: Final = """
-local max_conc, max_age = tonumber(ARGV[1]), tonumber(ARGV[2])
+local max_conc, lease = tonumber(ARGV[1]), tonumber(ARGV[2])
 local rps_rate, rps_cap = tonumber(ARGV[3]), tonumber(ARGV[4])
 local tpm_rate, tpm_cap, tokens = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local request_id = ARGV[8]
@@ -67,7 +78,7 @@ local function level(key, rate, cap)
 end
 
 if max_conc > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - max_age)
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - lease)
   if redis.call('ZCARD', KEYS[3]) >= max_conc then
     return {1, '1'}
   end
@@ -96,7 +107,7 @@ if tpm_rate > 0 then
 end
 if max_conc > 0 then
   redis.call('ZADD', KEYS[3], now, request_id)
-  redis.call('EXPIRE', KEYS[3], math.ceil(max_age) + 60)
+  redis.call('EXPIRE', KEYS[3], math.ceil(lease) + 60)
 end
 return {0, '0'}
 """
@@ -111,6 +122,16 @@ if tpm_rate > 0 and delta ~= 0 then
   local refilled = math.min(tpm_cap, current + math.max(0, now - updated) * tpm_rate)
   store(KEYS[1], math.min(tpm_cap, refilled + delta), tpm_rate, tpm_cap)
 end
+return 0
+"""
+
+# XX updates only the slots still in the set: a round that began before a release (or after
+# an admission pruned the slot) must not bring it back.
+_RENEW: Final = """
+for i = 2, #ARGV do
+  redis.call('ZADD', KEYS[1], 'XX', now, ARGV[i])
+end
+redis.call('EXPIRE', KEYS[1], math.ceil(tonumber(ARGV[1])) + 60)
 return 0
 """
 
@@ -146,6 +167,7 @@ class SharedLimiter:
         *,
         prefix: str = "tiergate",
         max_request_s: float = 900.0,
+        lease_s: float = LEASE_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
@@ -154,9 +176,14 @@ class SharedLimiter:
         self.limits = limits
         self.local = TenantLimiter(limits)
         self.max_request_s = max_request_s
+        self.lease_s = lease_s
         self._keys = [f"{prefix}:{tenant}:{kind}" for kind in ("rps", "tpm", "inflight")]
         self._admit = client.register_script(_PRELUDE + _ADMIT)
         self._release = client.register_script(_PRELUDE + _RELEASE)
+        self._renew = client.register_script(_PRELUDE + _RENEW)
+        # The slots this process holds in Redis, with when they were admitted (on `clock`):
+        # what `renew` keeps alive.
+        self._held: dict[str, float] = {}
         # Request ids whose admission failed but may still run in Redis (with when it
         # failed, on the loop's clock), and the task that removes their slots.
         self._unsure: dict[str, float] = {}
@@ -166,13 +193,18 @@ class SharedLimiter:
     def inflight(self) -> int:
         return self.local.inflight
 
+    @property
+    def holds(self) -> bool:
+        """Whether this process holds slots in Redis whose leases need renewing."""
+        return bool(self._held)
+
     def _args(self, estimate: int, request_id: str) -> list[Any]:
         limits = self.limits
         rps = limits.requests_per_second or 0.0
         tpm = limits.tokens_per_minute or 0.0
         return [
             limits.max_concurrency or 0,
-            self.max_request_s,
+            self.lease_s,
             rps,
             limits.burst or max(1.0, rps),
             tpm / 60.0,
@@ -209,6 +241,8 @@ class SharedLimiter:
                 code=reason,
             )
         self.local.inflight += 1
+        if self.limits.max_concurrency:
+            self._held[request_id] = self._clock()
         return SharedHold(request_id, estimate)
 
     async def release(
@@ -218,6 +252,7 @@ class SharedLimiter:
             self.local.release(estimate, used_tokens)
             return
         self.local.inflight = max(0, self.local.inflight - 1)
+        self._held.pop(hold.request_id, None)  # before the release: no round renews it after
         tpm = self.limits.tokens_per_minute or 0.0
         delta = 0 if used_tokens is None else estimate - used_tokens
         try:
@@ -227,9 +262,18 @@ class SharedLimiter:
         except Exception as exc:
             log.warning("shared limits: release failed (%s); its slot goes once Redis answers", exc)
             if self.limits.max_concurrency:
-                # Left in Redis, the slot would count against the tenant for the longest
-                # request (timeouts.total_s) after Redis is reachable again.
+                # Left in Redis, the slot would count against the tenant for a lease
+                # (LEASE_S) after Redis is reachable again.
                 self._forget_later(hold.request_id)
+
+    async def renew(self) -> None:
+        """Renews the leases of the slots this process holds, in one script call. A hold
+        older than the longest request (timeouts.total_s) is no longer renewed: one that a
+        bug never released frees its slot a lease later, as a dead process's does."""
+        oldest = self._clock() - self.max_request_s
+        self._held = {key: at for key, at in self._held.items() if at > oldest}
+        if self._held:
+            await self._renew(keys=[self._keys[2]], args=[self.lease_s, *self._held])
 
     def _forget_later(self, request_id: str) -> None:
         loop = asyncio.get_running_loop()
@@ -243,8 +287,8 @@ class SharedLimiter:
 
         A stalled Redis runs what it had already received before it answers a command sent
         after it resumed; so the removal is sent once more after one has been answered, and
-        then no late admission can follow it. Slots older than the longest request are
-        pruned by the admission script itself."""
+        then no late admission can follow it. Slots never renewed are pruned a lease after
+        they were taken by the admission script itself."""
         loop = asyncio.get_running_loop()
         while self._unsure:
             oldest = loop.time() - self.max_request_s
@@ -270,4 +314,22 @@ def _fields(limits: TenantLimits) -> dict[str, Any]:
     }
 
 
-__all__ = ["SharedHold", "SharedLimiter"]
+async def renew_leases(limiters: Iterable[SharedLimiter]) -> None:
+    """One renewal round: every limiter holding slots renews them, all at once, so a stalled
+    Redis costs the round one socket timeout, not one per tenant."""
+    holding = [limiter for limiter in limiters if limiter.holds]
+    results = await asyncio.gather(
+        *(limiter.renew() for limiter in holding), return_exceptions=True
+    )
+    failed = [result for result in results if isinstance(result, Exception)]
+    if failed:
+        log.warning(
+            "shared limits: renewing the concurrency slots of %d tenants failed (%s); slots "
+            "no renewal reaches for %g s are freed for other replicas",
+            len(failed),
+            failed[0],
+            holding[0].lease_s,
+        )
+
+
+__all__ = ["LEASE_S", "SharedHold", "SharedLimiter", "renew_leases"]

@@ -356,3 +356,197 @@ def test_a_shared_tickets_release_corrects_the_charge_with_its_usage(redis_url: 
         await client.aclose()
 
     asyncio.run(scenario())
+
+
+def test_a_dead_holders_slot_is_freed_a_lease_after_its_last_renewal(redis_url: str) -> None:
+    """A replica or worker killed while it holds a slot (kill -9, an OOM kill) never releases
+    it: the slot stayed for the longest request (timeouts.total_s, 900 s by default) and the
+    tenant got 429 on every replica meanwhile. It now goes once its lease is not renewed."""
+    import redis.asyncio
+
+    from gateway.errors import RateLimitError
+    from gateway.tenants.admission import Admission
+    from tests.gateway.tenants.test_limits import registry_with
+
+    async def scenario() -> None:
+        client = redis.asyncio.from_url(redis_url)
+        tenant = registry_with({"max_concurrency": 1}).tenants["t"]
+        dying, other = Admission(client, lease_s=0.4), Admission(client, lease_s=0.4)
+        for admission in (dying, other):
+            admission.configure({"t": tenant})
+        renewing = asyncio.get_running_loop().create_task(dying.keep_leases())
+        await dying.admit(tenant, {"max_tokens": 10}, 0, "chat")
+        await asyncio.sleep(1.0)  # renewed past two leases
+        with pytest.raises(RateLimitError, match="concurrent"):
+            await other.admit(tenant, {"max_tokens": 10}, 0, "chat")
+        renewing.cancel()  # the holder dies: no renewal, no release
+        with contextlib.suppress(asyncio.CancelledError):
+            await renewing
+        dead_at = time.monotonic()
+        ticket = None
+        while ticket is None:
+            assert time.monotonic() - dead_at < 3.0, "the dead holder's slot was never freed"
+            try:
+                ticket = await other.admit(tenant, {"max_tokens": 10}, 0, "chat")
+            except RateLimitError:
+                await asyncio.sleep(0.05)
+        await ticket.release(10)
+        await client.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_a_live_stream_keeps_its_shared_slot_past_the_lease(redis_url: str) -> None:
+    """The gateway renews the leases of the slots it holds while their requests run: a
+    stream longer than the lease still counts against its tenant on every replica."""
+    import redis
+
+    from gateway.config import parse_settings
+    from tests.fakes import FakeUpstream, Reply
+
+    delta = b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta"}\n\n'
+    slow = Reply(pieces=[delta] * 80, piece_interval_s=0.05, content_type=b"text/event-stream")
+    with FakeUpstream(slow) as upstream:
+        config = parse_settings(
+            {
+                "model": MODEL,
+                "tiers": [
+                    {"name": tier, "precision": tier, "endpoints": [upstream.url]}
+                    for tier in ("w4a16", "bf16")
+                ],
+                "tenants": [
+                    {"name": "shared", "api_keys": ["sk-shared"], "limits": {"max_concurrency": 1}}
+                ],
+                "shared_limits": {"redis_url": redis_url},
+            }
+        )
+        gw = GatewayThread(config)
+        gw.app.admission.lease_s = 0.4
+        gw.app.admission.configure(gw.app.runtime.tenants.tenants)  # as a reload passes it on
+        with gw:
+            body = {"model": MODEL, "input": "hi", "stream": True}
+            url = f"{gw.url}/v1/responses"
+            reader = threading.Thread(
+                target=send, args=("POST", url, body), kwargs={"key": "sk-shared"}
+            )
+            reader.start()
+            inflight = redis.Redis.from_url(redis_url)
+
+            def slots() -> list[tuple[bytes, float]]:
+                """The tenant's slots in Redis, scored by their last renewal."""
+                found: Any = inflight.zrange("tiergate:shared:inflight", 0, -1, withscores=True)
+                return [(slot, score) for slot, score in found]
+
+            deadline = time.monotonic() + 5
+            while not (taken := slots()):
+                assert time.monotonic() < deadline, "the stream never took its slot"
+                time.sleep(0.05)
+            time.sleep(1.2)  # three leases into a 4 s stream
+            assert send("POST", url, body, key="sk-shared", timeout=20).status == 429
+            [(slot, renewed_at)] = slots()  # renewed every 0.1 s, on Redis' clock
+            assert slot == taken[0][0] and renewed_at > taken[0][1] + 0.8
+            reader.join(10)
+            assert inflight.zcard("tiergate:shared:inflight") == 0
+
+
+def test_a_renewal_round_that_began_before_a_release_does_not_bring_the_slot_back(
+    redis_url: str,
+) -> None:
+    """A round reads the holds, the request's release reaches Redis, then the round's
+    renewal: it must update only the slots still there, or the released slot would count
+    against the tenant for another lease."""
+    import redis.asyncio
+
+    from gateway.tenants.limits import TenantLimits
+    from gateway.tenants.shared_limits import SharedLimiter
+
+    async def scenario() -> None:
+        client = redis.asyncio.from_url(redis_url)
+        limiter = SharedLimiter(client, "raced", TenantLimits(max_concurrency=1))
+        hold = await limiter.admit(10)
+        assert hold is not None
+        released = asyncio.Event()
+        renew_script = limiter._renew
+
+        async def after_the_release(**kwargs: Any) -> Any:
+            await released.wait()
+            return await renew_script(**kwargs)
+
+        limiter._renew = after_the_release
+        renewing = asyncio.get_running_loop().create_task(limiter.renew())
+        await asyncio.sleep(0)  # the round has read the hold
+        await limiter.release(hold, 10, 10)
+        released.set()
+        await renewing
+        assert await client.zcard("tiergate:raced:inflight") == 0
+        await client.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_a_failed_renewal_round_is_logged_and_the_next_one_renews(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Redis unreachable for a round: the renewal task must outlive it (had it ended, every
+    slot this process holds would be pruned a lease later while its requests still run)."""
+    import redis.asyncio
+
+    from gateway.tenants.limits import TenantLimits
+    from gateway.tenants.shared_limits import SharedLimiter, renew_leases
+
+    async def unreachable(**_: object) -> None:
+        raise redis.exceptions.ConnectionError("Connection refused")
+
+    async def scenario() -> None:
+        client = redis.asyncio.from_url(redis_url)
+        limiter = SharedLimiter(client, "flaky", TenantLimits(max_concurrency=1))
+        assert await limiter.admit(10) is not None
+
+        async def lease_renewed_at() -> float:
+            slots: Any = await client.zrange("tiergate:flaky:inflight", 0, -1, withscores=True)
+            return float(slots[0][1])
+
+        taken_at = await lease_renewed_at()
+        renew, limiter._renew = limiter._renew, unreachable
+        await renew_leases([limiter])  # logs, does not raise
+        assert "renewing the concurrency slots of 1 tenants failed" in caplog.text
+        limiter._renew = renew
+        await asyncio.sleep(0.05)
+        await renew_leases([limiter])
+        assert await lease_renewed_at() > taken_at
+        await client.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_a_slot_taken_before_a_reload_that_changed_the_limits_is_still_renewed(
+    redis_url: str,
+) -> None:
+    """A reload that changes a tenant's limits gives it a new limiter; the tickets in flight
+    release into the old one, which must keep renewing their slots until they do."""
+    import redis.asyncio
+
+    from gateway.errors import RateLimitError
+    from gateway.tenants.admission import Admission
+    from tests.gateway.tenants.test_limits import registry_with
+
+    async def scenario() -> None:
+        client = redis.asyncio.from_url(redis_url)
+        admission = Admission(client, lease_s=0.4)
+        admission.configure(registry_with({"max_concurrency": 1}).tenants)
+        renewing = asyncio.get_running_loop().create_task(admission.keep_leases())
+        before = registry_with({"max_concurrency": 1}).tenants["t"]
+        early = await admission.admit(before, {"max_tokens": 10}, 0, "chat")
+        after = registry_with({"max_concurrency": 2}).tenants
+        admission.configure(after)
+        await asyncio.sleep(1.0)  # past two leases
+        await admission.admit(after["t"], {"max_tokens": 10}, 0, "chat")
+        with pytest.raises(RateLimitError, match="concurrent"):
+            await admission.admit(after["t"], {"max_tokens": 10}, 0, "chat")
+        await early.release(10)
+        renewing.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await renewing
+        await client.aclose()
+
+    asyncio.run(scenario())

@@ -184,8 +184,8 @@ def test_a_token_budget_added_on_a_reload_refunds_no_estimate_it_never_charged()
 
 
 def test_a_kept_shared_limiter_takes_the_new_longest_request() -> None:
-    """How long a dead replica's Redis slot lives follows `timeouts.total_s` on a reload that
-    leaves the tenant's limits as they were."""
+    """How long a live hold's Redis slot is renewed at most (a hold a bug never released)
+    follows `timeouts.total_s` on a reload that leaves the tenant's limits as they were."""
     from gateway.tenants.admission import Admission
     from gateway.tenants.shared_limits import SharedLimiter
 
