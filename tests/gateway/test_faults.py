@@ -585,10 +585,7 @@ def test_a_client_that_leaves_a_json_request_the_engine_has_counts_it_unmetered_
         nvfp4.faults(added_latency_s=3.0)
         client = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10)
         client.request("POST", "/v1/chat/completions", body=body, headers=headers)
-        deadline = time.monotonic() + 5
-        while nvfp4.stats()["requests"] == before and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert nvfp4.stats()["requests"] == before + 1  # the engine has it
+        assert wait_for(lambda: nvfp4.stats()["requests"] == before + 1)  # the engine has it
         time.sleep(0.4)  # past JSON_WATCH_DELAY_S: the gateway watches for the departure
         client.close()
         left = {"tenant": "default", "tier": "nvfp4"}

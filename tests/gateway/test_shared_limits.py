@@ -88,6 +88,34 @@ def test_shared_concurrency_slots_are_released(ladder: Ladder, redis_url: str) -
         assert [chat(gw) for gw in (first, second) * 20] == [200] * 40
 
 
+def slow_responses_stream(events: int) -> Any:
+    """An upstream Responses stream of `events` deltas, 0.05 s apart."""
+    from tests.fakes import Reply
+
+    delta = b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta"}\n\n'
+    return Reply(pieces=[delta] * events, piece_interval_s=0.05, content_type=b"text/event-stream")
+
+
+def one_slot_shared(upstream_url: str, redis_url: str) -> Any:
+    """Two tiers on `upstream_url`; tenant `shared` (key sk-shared) may run one request at a
+    time, counted in Redis."""
+    from gateway.config import parse_settings
+
+    return parse_settings(
+        {
+            "model": MODEL,
+            "tiers": [
+                {"name": tier, "precision": tier, "endpoints": [upstream_url]}
+                for tier in ("w4a16", "bf16")
+            ],
+            "tenants": [
+                {"name": "shared", "api_keys": ["sk-shared"], "limits": {"max_concurrency": 1}}
+            ],
+            "shared_limits": {"redis_url": redis_url},
+        }
+    )
+
+
 def read_cut_stream(url: str) -> None:
     """Reads a Responses stream that the gateway's shutdown cuts short."""
     body = {"model": MODEL, "input": "hi", "stream": True}
@@ -101,26 +129,10 @@ def test_a_stream_cut_by_the_shutdown_gives_its_shared_slot_back(redis_url: str)
     (900 s), and every other replica refused the tenant for that long."""
     import redis
 
-    from gateway.config import parse_settings
-    from tests.fakes import FakeUpstream, Reply
+    from tests.fakes import FakeUpstream
 
-    delta = b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta"}\n\n'
-    slow = Reply(pieces=[delta] * 60, piece_interval_s=0.05, content_type=b"text/event-stream")
-    with FakeUpstream(slow) as upstream:
-        config = parse_settings(
-            {
-                "model": MODEL,
-                "tiers": [
-                    {"name": tier, "precision": tier, "endpoints": [upstream.url]}
-                    for tier in ("w4a16", "bf16")
-                ],
-                "tenants": [
-                    {"name": "shared", "api_keys": ["sk-shared"], "limits": {"max_concurrency": 1}}
-                ],
-                "shared_limits": {"redis_url": redis_url},
-            }
-        )
-        gw = GatewayThread(config)
+    with FakeUpstream(slow_responses_stream(60)) as upstream:
+        gw = GatewayThread(one_slot_shared(upstream.url, redis_url))
         gw.server.config.timeout_graceful_shutdown = 1
         with gw:
             reader = threading.Thread(target=read_cut_stream, args=(f"{gw.url}/v1/responses",))
@@ -401,26 +413,10 @@ def test_a_live_stream_keeps_its_shared_slot_past_the_lease(redis_url: str) -> N
     stream longer than the lease still counts against its tenant on every replica."""
     import redis
 
-    from gateway.config import parse_settings
-    from tests.fakes import FakeUpstream, Reply
+    from tests.fakes import FakeUpstream
 
-    delta = b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta"}\n\n'
-    slow = Reply(pieces=[delta] * 80, piece_interval_s=0.05, content_type=b"text/event-stream")
-    with FakeUpstream(slow) as upstream:
-        config = parse_settings(
-            {
-                "model": MODEL,
-                "tiers": [
-                    {"name": tier, "precision": tier, "endpoints": [upstream.url]}
-                    for tier in ("w4a16", "bf16")
-                ],
-                "tenants": [
-                    {"name": "shared", "api_keys": ["sk-shared"], "limits": {"max_concurrency": 1}}
-                ],
-                "shared_limits": {"redis_url": redis_url},
-            }
-        )
-        gw = GatewayThread(config)
+    with FakeUpstream(slow_responses_stream(80)) as upstream:
+        gw = GatewayThread(one_slot_shared(upstream.url, redis_url))
         gw.app.admission.lease_s = 0.4
         gw.app.admission.configure(gw.app.runtime.tenants.tenants)  # as a reload passes it on
         with gw:
