@@ -192,6 +192,7 @@ class Attempter:
         payload = orjson.dumps({**exchange.upstream_request, "model": served})
         path = endpoint.paths[exchange.kind]
         response: UpstreamResponse | None = None
+        sent_from = len(current)  # the pool adds the response once the request is sent
         try:
             response = await endpoint.pool.request(
                 endpoint.pool.render(
@@ -222,8 +223,9 @@ class Attempter:
                 silent = time.perf_counter() - asked
                 stalled = response is None and silent >= self.timeouts.first_byte_s
                 raise _past_deadline(blame=stalled) from None
-            # Once the client has left, whatever the abort made of the attempt is its doing.
-            gone = exchange.channel.disconnected
+            # Once the client has left, whatever the abort made of the attempt is its doing;
+            # but a connect that failed on its own had sent nothing: no engine had the request.
+            gone = exchange.channel.disconnected and len(current) > sent_from
             if not gone and not isinstance(exc, UpstreamAborted):
                 log_failure(exchange.record, exc)
             if response is None or gone:
