@@ -198,6 +198,26 @@ def test_a_responses_stream_dropped_before_any_numbered_event_numbers_its_error_
     assert json.loads(data)["sequence_number"] == 0
 
 
+def test_a_responses_error_event_follows_the_last_numbered_event_not_a_comment() -> None:
+    """A keep-alive comment relayed after the last numbered event (a proxy on the way may
+    send one) numbers nothing: the error event still follows that event's number."""
+    delta = (
+        b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
+        b'"delta":"Hi","sequence_number":7}\n\n'
+    )
+    for batches, number in (
+        ([delta, b": keep-alive\n\n"], 8),
+        ([b": keep-alive\n\n" + delta.replace(b":7}", b":9}")], 10),  # a comment, then events
+    ):
+        exchange, sent = pinned_exchange()
+        exchange.kind = "responses"
+        stream = _Stream([*batches, UpstreamConnectError("reset")])
+        response: UpstreamResponse = stream  # type: ignore[assignment]
+        asyncio.run(relay_stream(exchange, response, stall_s=60.0))
+        data = relayed_body(sent).rsplit(b"data: ", 1)[-1]
+        assert json.loads(data)["sequence_number"] == number
+
+
 def test_a_stream_cut_by_its_total_s_is_the_engines_fault_only_after_a_stall() -> None:
     """Cut by the request's own deadline while the engine was producing: not the engine's
     failure; silent for the stall time before the cut: it stalled."""
