@@ -55,6 +55,9 @@ def _net_savings_share(baseline: str) -> str:
 
 
 _SERVED = f'{TENANT}, {TIER}, tier!="_none"'
+# Answers a tier served: a request whose client left while an engine had it (499) or that
+# an engine refused (400, 413, 422) carries that tier too, but no tier answered it.
+_ANSWERED = f'{_SERVED}, status=~"2.."'
 # Attempt outcomes that say nothing of the tier's health (as the circuit breaker reads them).
 NO_VERDICT = "client_gone|too_large|deadline"
 # Means over the last hour of shadow labels that had a prediction, from sums that add up over
@@ -83,8 +86,9 @@ TRAFFIC: Final = Dashboard(
         Row("Traffic"),
         Panel(
             "Requests per second by serving tier",
-            "Answered requests by the tier that served them; _none is refused or failed "
-            "before any tier answered.",
+            "Requests by the tier that served them, or began to: a 499 whose client left "
+            "while an engine had it, or an engine's refusal (400, 413, 422), is that tier's; "
+            "_none is refused, failed or left before any tier had it.",
             (
                 Query(
                     _sum("tier", _rate("tiergate_requests_total", f"{TENANT}, {TIER}")), "{{tier}}"
@@ -107,13 +111,14 @@ TRAFFIC: Final = Dashboard(
         Row("Tier mix"),
         Panel(
             "Tier mix: $tenant",
-            "Share of the tenant's answered requests per serving tier (one panel per tenant).",
+            "Share of the tenant's answered requests (2xx) per serving tier, one panel per "
+            "tenant; requests whose client left (499) or an engine refused are left out.",
             (
                 Query(
                     _ratio(
-                        _sum("tier", _rate("tiergate_requests_total", _SERVED)),
+                        _sum("tier", _rate("tiergate_requests_total", _ANSWERED)),
                         "ignoring (tier) group_left\n"
-                        + f"sum ({_rate('tiergate_requests_total', _SERVED)})",
+                        + f"sum ({_rate('tiergate_requests_total', _ANSWERED)})",
                     ),
                     "{{tier}}",
                 ),
@@ -127,13 +132,14 @@ TRAFFIC: Final = Dashboard(
         ),
         Panel(
             "Tier mix per tenant (share of requests)",
-            "For each tenant, the share of its answered requests that each tier served.",
+            "For each tenant, the share of its answered requests (2xx) that each tier "
+            "served; requests whose client left (499) or an engine refused are left out.",
             (
                 Query(
                     _ratio(
-                        _sum("tenant, tier", _rate("tiergate_requests_total", _SERVED)),
+                        _sum("tenant, tier", _rate("tiergate_requests_total", _ANSWERED)),
                         "on (tenant) group_left\n"
-                        + _sum("tenant", _rate("tiergate_requests_total", _SERVED)),
+                        + _sum("tenant", _rate("tiergate_requests_total", _ANSWERED)),
                     ),
                     "{{tenant}} → {{tier}}",
                 ),

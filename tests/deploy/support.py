@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+import yaml
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
 
@@ -164,6 +166,35 @@ def metric_names(expr: str) -> set[str]:
     return {m for m in _IDENTIFIER.findall(text) if m.lower() not in _KEYWORDS}
 
 
+def counter_samples(registry: CollectorRegistry, prefix: str) -> dict[str, float]:
+    """The registry's counter samples whose name starts with `prefix`, as promtool series."""
+    return {
+        sample.name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items())) + "}":
+        sample.value
+        for family in registry.collect() if family.type == "counter"
+        for sample in family.samples if sample.name.startswith(prefix)
+    }  # fmt: skip
+
+
+def promtool_expr_tests(
+    tmp_path: Path, series: list[dict[str, str]], tests: list[dict[str, Any]], step_s: int
+) -> None:
+    """`promtool test rules` with no rule file: each of `tests` (promql_expr_test entries)
+    evaluated on `series` sampled every `step_s` seconds."""
+    spec = {
+        "rule_files": [],
+        "evaluation_interval": f"{step_s}s",
+        "tests": [{"interval": f"{step_s}s", "input_series": series, "promql_expr_test": tests}],
+    }
+    path = tmp_path / "expr_test.yml"
+    path.write_text(yaml.safe_dump(spec), encoding="utf-8")
+    result = subprocess.run(
+        [require_binary("promtool"), "test", "rules", path.name],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def label_values_query(query: str) -> str:
     """`label_values(metric, label)` as a PromQL query with one series per value."""
     match = re.fullmatch(r"label_values\((\w+),\s*(\w+)\)", query)
@@ -181,12 +212,14 @@ __all__ = [
     "VLLM_METRICS",
     "PanelQuery",
     "concrete",
+    "counter_samples",
     "dashboards",
     "exposed_names",
     "gateway_metric_names",
     "label_values_query",
     "metric_names",
     "panel_queries",
+    "promtool_expr_tests",
     "require_binary",
     "variable_queries",
 ]

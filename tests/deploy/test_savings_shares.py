@@ -3,16 +3,14 @@ for a known mix of routed and pinned requests."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Final
 
-import yaml
 from prometheus_client import CollectorRegistry
 
 from gateway.metrics import GatewayMetrics
 from gateway.stats import Ladder, RequestRecord
-from tests.deploy.support import concrete, panel_queries, require_binary
+from tests.deploy.support import concrete, counter_samples, panel_queries, promtool_expr_tests
 
 LADDER: Final = Ladder(("nvfp4", "w4a16", "bf16"), (0.25, 0.5, 1.0))
 STEP_S: Final = 15
@@ -36,12 +34,7 @@ def _one_step_of_counters(shadow_cost: float = 0.0) -> dict[str, float]:
     if shadow_cost:
         metrics.record_shadow_cost("t", shadow_cost)
     metrics.flush()
-    return {
-        sample.name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items())) + "}":
-        sample.value
-        for family in registry.collect() if family.type == "counter"
-        for sample in family.samples if sample.name.startswith("tiergate_estimated_")
-    }  # fmt: skip
+    return counter_samples(registry, "tiergate_estimated_")
 
 
 def test_savings_shares_are_of_the_baselines_cost_for_the_routed_requests(
@@ -87,15 +80,4 @@ def _assert_panels(
                 "exp_samples": [{"labels": '{tenant="t"}', "value": 1}],
             }
         )
-    spec = {
-        "rule_files": [],
-        "evaluation_interval": "15s",
-        "tests": [{"interval": f"{STEP_S}s", "input_series": series, "promql_expr_test": tests}],
-    }
-    path = tmp_path / "savings_test.yml"
-    path.write_text(yaml.safe_dump(spec), encoding="utf-8")
-    result = subprocess.run(
-        [require_binary("promtool"), "test", "rules", path.name],
-        cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout + result.stderr
+    promtool_expr_tests(tmp_path, series, tests, STEP_S)
