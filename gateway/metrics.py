@@ -264,7 +264,8 @@ class GatewayMetrics:
         )
         self.calibration_ece = Gauge(
             "tiergate_calibration_ece",
-            "Expected calibration error of the tier's probabilities on recent shadow labels.",
+            "Expected calibration error of the tier's probabilities on recent shadow labels "
+            "(once shadow.min_labels of them had a prediction).",
             ["tenant", "tier"],
             registry=registry,
             multiprocess_mode="livemax",

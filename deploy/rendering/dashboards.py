@@ -463,7 +463,8 @@ CALIBRATION: Final = Dashboard(
         ),
         Panel(
             "Expected calibration error",
-            "ECE of each tier's probabilities on recent shadow labels.",
+            "ECE of each tier's probabilities on recent shadow labels, once shadow.min_labels "
+            "of them had a prediction (as for the drift alarm).",
             (
                 Query(
                     f"max by (tenant, tier) (tiergate_calibration_ece{{{TENANT}, {TIER}}})",

@@ -26,7 +26,9 @@ class CalibrationSummary:
     n: int
     predicted: float | None  # mean predicted P(adequate) over labels that had one
     observed: float  # share judged adequate
-    ece: float | None  # expected calibration error, 10 equal-width bins
+    # Expected calibration error, 10 equal-width bins; None below min_labels labels with a
+    # prediction, as for drift: a handful is noise (one label at 0.8 reads 0.2).
+    ece: float | None
     drift: bool  # over labels with a prediction: observed below predicted beyond the margin
 
 
@@ -109,7 +111,7 @@ class CalibrationMonitor:
             n=n,
             predicted=predicted,
             observed=observed,
-            ece=expected_calibration_error(pairs) if pairs else None,
+            ece=expected_calibration_error(pairs) if len(pairs) >= self.min_labels else None,
             drift=drift,
         )
 

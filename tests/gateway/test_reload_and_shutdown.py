@@ -544,7 +544,9 @@ def test_a_reload_takes_the_removed_tiers_and_tenants_out_of_metrics_and_views()
 
     app = build_app(settings(["a", "m", "b"], ["t", "u"]), environ={})
     for tenant, tier in (("t", "a"), ("t", "m"), ("u", "a")):
-        app.shadow.monitor.add(tenant, tier, Label(predicted=0.9, score=0.1, adequate=False, at=0))
+        for _ in range(app.shadow.monitor.min_labels):  # enough for an ECE
+            label = Label(predicted=0.9, score=0.1, adequate=False, at=0)
+            app.shadow.monitor.add(tenant, tier, label)
         app.shadow._export(tenant, tier)
     for tier in ("a", "m"):
         app.metrics.flag_drift.labels(tier, "prefix_caching").set(1)

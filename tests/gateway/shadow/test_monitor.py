@@ -1,4 +1,6 @@
-"""The calibration monitor's drift alarm."""
+"""The calibration monitor's drift alarm and calibration error."""
+
+import pytest
 
 from gateway.shadow.monitor import CalibrationMonitor, Label
 
@@ -44,3 +46,16 @@ def test_observed_exactly_at_the_margin_is_no_drift() -> None:
     assert not monitor.summary("t", "nvfp4").drift
     monitor.add("t", "nvfp4", Label(0.7, 0.1, False, 0.0))  # 6 of 11: below the margin
     assert monitor.summary("t", "nvfp4").drift
+
+
+def test_no_calibration_error_below_min_labels() -> None:
+    """One label at 0.8 that proved adequate reads an ECE of 0.2: exported, it held the
+    calibration-error alert (> 0.10) on for good on a tier shadow replays seldom reach."""
+    monitor = CalibrationMonitor(window=100, margin=0.1, min_labels=10)
+    monitor.add("t", "nvfp4", Label(0.8, 0.1, True, 0.0))
+    for _ in range(20):  # labels without a prediction do not count towards it
+        monitor.add("t", "nvfp4", Label(None, None, True, 0.0))
+    assert monitor.summary("t", "nvfp4").ece is None
+    for i in range(9):
+        monitor.add("t", "nvfp4", Label(0.8, 0.1, i < 7, 0.0))  # 8 of 10 adequate
+    assert monitor.summary("t", "nvfp4").ece == pytest.approx(0.0)
