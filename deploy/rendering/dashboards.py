@@ -237,7 +237,8 @@ TRAFFIC: Final = Dashboard(
         ),
         Panel(
             "Client errors by status",
-            "4xx answers: bad requests, unknown models or tiers, missing keys, rate limits.",
+            "4xx answers: bad requests, unknown models or tiers, missing keys, rate limits; "
+            "499 is a client that left before its answer ended.",
             (
                 Query(
                     _sum("status", _rate("tiergate_requests_total", f'{TENANT}, status=~"4.."')),
@@ -346,7 +347,8 @@ SAVINGS: Final = Dashboard(
         Panel(
             "Answers without usage (in no cost or savings figure)",
             "Answers a tier began to serve whose usage never arrived (a stream cut after its "
-            "first byte or left by its client): their tokens are missing from the panels "
+            "first byte, a request its client left while an engine had it, stream or not): "
+            "their tokens are missing from the panels "
             "above, so a large share here makes them understate.",
             (
                 Query(
