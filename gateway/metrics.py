@@ -109,7 +109,8 @@ class GatewayMetrics:
         )
         self.overspend = Counter(
             "tiergate_estimated_overspend",
-            "Estimated cost above a baseline (routing sent requests above the baseline tier).",
+            "Estimated cost above a baseline: routed requests served above the baseline tier, "
+            "and the shadow replays of routed requests (what checking the router costs).",
             ["tenant", "baseline"],
             registry=registry,
         )

@@ -317,7 +317,8 @@ SAVINGS: Final = Dashboard(
         ),
         Panel(
             "Savings and overspend rate by baseline",
-            "Positive: saved; negative: spent above the baseline (requests routed above it).",
+            "Positive: saved; negative: spent above the baseline (requests routed above it, "
+            "and the shadow replays of routed requests).",
             (
                 Query(
                     _sum("tenant, baseline", _rate("tiergate_estimated_savings_total", TENANT)),
