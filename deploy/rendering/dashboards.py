@@ -58,7 +58,8 @@ _SERVED = f'{TENANT}, {TIER}, tier!="_none"'
 # Answers a tier served: a request whose client left while an engine had it (499) or that
 # an engine refused (400, 413, 422) carries that tier too, but no tier answered it.
 _ANSWERED = f'{_SERVED}, status=~"2.."'
-# Attempt outcomes that say nothing of the tier's health (as the circuit breaker reads them).
+# Attempt outcomes that say nothing of the tier's health (as the circuit breaker reads them,
+# but for saturated, which counts: it sends the ladder above plan).
 NO_VERDICT = "client_gone|too_large|deadline"
 # Means over the last hour of shadow labels that had a prediction, from sums that add up over
 # workers and replicas (the window gauges are one process's view each).
@@ -777,8 +778,8 @@ BACKENDS: Final = Dashboard(
         ),
         Panel(
             "Upstream attempts by outcome",
-            "Every try against an endpoint: ok, connect_error, timeout, status_5xx, saturated, "
-            "client_gone.",
+            "Every try against an endpoint: ok, connect_error, timeout, protocol_error, "
+            "status_5xx, status_4xx, saturated, client_gone, too_large, deadline.",
             (
                 Query(
                     _sum("tier, outcome", _rate("tiergate_upstream_attempts_total", TIER)),
