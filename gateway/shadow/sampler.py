@@ -191,6 +191,10 @@ class ShadowSampler:
         # A reload keeps the labels and applies the new bounds (window, margin, min_labels).
         self.monitor.reconfigure(shadow.window, shadow.drift_margin, shadow.min_labels)
         self.monitor.retain(self.rates.keys(), self.names)
+        # The new bounds judge the labels held already: the gauges follow now, not at the
+        # tier's next label (a tier that gets few kept its drift alert firing).
+        for tenant, tier in self.monitor.pairs():
+            self._export(tenant, tier)
         if label_log is not self._log and self._log is not None:
             self._log.close()
         if label_log is not None:  # the open log kept by a reload takes the new limits

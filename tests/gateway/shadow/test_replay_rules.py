@@ -280,3 +280,17 @@ def test_a_reload_applies_new_drift_settings_to_the_kept_monitor() -> None:
     sampler.configure(settings(shadow={"drift_margin": 0.3, "min_labels": 50, "window": 10}), None)
     assert sampler.monitor is monitor and monitor.labels("default", "nvfp4")  # labels kept
     assert (monitor.margin, monitor.min_labels, monitor.window) == (0.3, 50, 10)
+
+
+def test_a_reload_that_widens_the_drift_margin_clears_the_drift_gauge() -> None:
+    """Observed 0.6 against predicted 0.8 drifts at a margin of 0.1, not at 0.3: the gauge
+    (and the alert on it) follows the reload, not the tier's next label."""
+    harness = Harness(settings(shadow={"drift_margin": 0.1, "min_labels": 5}))
+    sampler = harness.sampler
+    predicted = dataclasses.replace(exchange(0), probability=0.8)
+    for i in range(10):
+        sampler._record(predicted, 0, i < 6, "exact")
+    labels = {"tenant": "default", "tier": "nvfp4"}
+    assert harness.registry.get_sample_value("tiergate_calibration_drift", labels) == 1
+    sampler.configure(settings(shadow={"drift_margin": 0.3, "min_labels": 5}), None)
+    assert harness.registry.get_sample_value("tiergate_calibration_drift", labels) == 0
