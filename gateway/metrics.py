@@ -95,7 +95,8 @@ class GatewayMetrics:
         )
         self.cost = Counter(
             "tiergate_estimated_cost",
-            "Estimated serving cost in top-tier token equivalents (tokens x relative tier cost).",
+            "Estimated serving cost: tokens x the tier's relative cost (tiers[].cost; by "
+            "default bf16/fp16 1, fp8 0.5, 4-bit 0.25), so 16-bit token equivalents.",
             ["tenant", "tier"],
             registry=registry,
         )

@@ -301,8 +301,8 @@ SAVINGS: Final = Dashboard(
         ),
         Panel(
             "Below the all-top-tier bill over the range",
-            "Top-tier token equivalents not spent over the time range (precision and routing), "
-            "net of overspend: shadow replays count against this baseline too.",
+            "Cost (tokens x relative tier cost) not spent over the time range (precision and "
+            "routing), net of overspend: shadow replays count against this baseline too.",
             (Query(_net_savings("top_tier", "increase", "$__range"), "{{tenant}}"),),
             kind="stat",
             width=8,
@@ -334,7 +334,8 @@ SAVINGS: Final = Dashboard(
         ),
         Panel(
             "Estimated cost by serving tier",
-            "Tokens times the tier's relative cost (top tier = 1), per second; shadow replays "
+            "Tokens times the tier's relative cost (tiers[].cost; by default a 16-bit tier is "
+            "1), per second; shadow replays "
             "(on the top tier, or a cheaper one when exploring; those of routed requests count "
             "as routing's overspend) on top.",
             (
