@@ -577,8 +577,9 @@ REGIME: Final = Dashboard(
         Panel(
             "Concurrency C (gateway observer)",
             "Requests in flight per tier over the rolling window, summed over gateway replicas "
-            "(each sees its share of the traffic): the mean exactly, p50 and p95 as an upper "
-            "bound (a sum of percentiles).",
+            "(each sees its share of the traffic): the mean exactly, p50 and p95 only roughly "
+            "(a sum of the replicas' percentiles bounds the tier's neither way: at low load "
+            "each replica's p95 can read 0 while the tier's is 1).",
             (
                 Query(
                     # Summed, as the workers of one replica are (livesum): a maximum would
