@@ -313,8 +313,7 @@ class GatewayMetrics:
     def forget_removed(self, tiers: Collection[str], tenants: Collection[str]) -> None:
         """Takes the gauges of tiers and tenants a reload removed out of /metrics: a gauge
         keeps its last value for good, so a removed tier's calibration ECE would keep its
-        alert firing. Under --workers a series stays in the files once written: it reads 0."""
-        multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+        alert firing."""
         per_tier = (
             self.regime_concurrency,
             self.regime_prefix_share,
@@ -335,10 +334,16 @@ class GatewayMetrics:
                     tenant = labels.get("tenant")
                     if labels["tier"] in tiers and (tenant is None or tenant in tenants):
                         continue
-                    if multiprocess:
-                        gauge.labels(**labels).set(0)
-                    else:
-                        gauge.remove_by_labels(labels)
+                    self.drop_series(gauge, labels)
+
+    @staticmethod
+    def drop_series(gauge: Gauge, labels: dict[str, str]) -> None:
+        """Takes one gauge series out of /metrics (a gauge keeps its last value for good).
+        Under --workers a series stays in the files once written: it reads 0."""
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            gauge.labels(**labels).set(0)
+        else:
+            gauge.remove_by_labels(labels)
 
     def _child(self, metric: Any, *labels: str) -> Any:
         # Cache labelled children: `.labels()` validates and hashes on every call.

@@ -503,6 +503,8 @@ class ShadowSampler:
             metrics.calibration_predicted.labels(tenant, tier).set(summary.predicted)
         if summary.ece is not None:
             metrics.calibration_ece.labels(tenant, tier).set(summary.ece)
+        else:  # fewer labels than min_labels (a reload raised it): no figure, not an old one
+            metrics.drop_series(metrics.calibration_ece, {"tenant": tenant, "tier": tier})
         metrics.calibration_drift.labels(tenant, tier).set(1 if summary.drift else 0)
 
     def _count(

@@ -294,3 +294,17 @@ def test_a_reload_that_widens_the_drift_margin_clears_the_drift_gauge() -> None:
     assert harness.registry.get_sample_value("tiergate_calibration_drift", labels) == 1
     sampler.configure(settings(shadow={"drift_margin": 0.3, "min_labels": 5}), None)
     assert harness.registry.get_sample_value("tiergate_calibration_drift", labels) == 0
+
+
+def test_a_reload_that_raises_min_labels_past_those_held_drops_the_calibration_error() -> None:
+    """Ten labels, then min_labels 20: the monitor has no ECE, and the gauge must not keep
+    the old one (its alert would hold on a figure no longer computed)."""
+    harness = Harness(settings(shadow={"min_labels": 5}))
+    sampler = harness.sampler
+    predicted = dataclasses.replace(exchange(0), probability=0.8)
+    for i in range(10):
+        sampler._record(predicted, 0, i < 6, "exact")
+    labels = {"tenant": "default", "tier": "nvfp4"}
+    assert harness.registry.get_sample_value("tiergate_calibration_ece", labels) is not None
+    sampler.configure(settings(shadow={"min_labels": 20}), None)
+    assert harness.registry.get_sample_value("tiergate_calibration_ece", labels) is None
