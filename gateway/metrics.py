@@ -48,7 +48,8 @@ class GatewayMetrics:
         )
         self.request_duration = Histogram(
             "tiergate_request_duration_seconds",
-            "Time from request arrival to the last byte, by tenant and serving tier.",
+            "Time from request arrival to the last byte (for a 499, to the client's "
+            "departure), by tenant and serving tier.",
             ["tenant", "tier"],
             buckets=_LATENCY_BUCKETS,
             registry=registry,
