@@ -540,9 +540,184 @@ def test_a_slot_taken_before_a_reload_that_changed_the_limits_is_still_renewed(
         with pytest.raises(RateLimitError, match="concurrent"):
             await admission.admit(after["t"], {"max_tokens": 10}, 0, "chat")
         await early.release(10)
+        await asyncio.sleep(0.25)  # two rounds: the old limiter holds nothing more to renew
+        assert admission._replaced == []  # not kept, one more each reload, for good
         renewing.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await renewing
+        await client.aclose()
+
+    asyncio.run(scenario())
+
+
+async def _redis_now(client: Any) -> float:
+    seconds, micros = await client.time()
+    return float(seconds) + float(micros) / 1e6
+
+
+def test_a_slot_is_pruned_exactly_once_its_lease_has_lapsed(redis_url: str) -> None:
+    """An admission counts a slot renewed within the last lease and prunes one renewed
+    before it: neither a dead holder's slot kept for longer, nor a live one's dropped."""
+    import redis.asyncio
+
+    from gateway.errors import RateLimitError
+    from gateway.tenants.limits import TenantLimits
+    from gateway.tenants.shared_limits import SharedLimiter
+
+    async def scenario() -> None:
+        client = redis.asyncio.from_url(redis_url)
+        limiter = SharedLimiter(client, "aged", TenantLimits(max_concurrency=1), lease_s=20.0)
+        key = "tiergate:aged:inflight"
+        await client.zadd(key, {"other-replicas": await _redis_now(client) - 19.0})
+        with pytest.raises(RateLimitError, match="concurrent"):
+            await limiter.admit(10)  # still counted: its holder may be alive
+        await client.zadd(key, {"other-replicas": await _redis_now(client) - 21.0})
+        assert await limiter.admit(10) is not None  # a lease lapsed: pruned
+        assert await client.zscore(key, "other-replicas") is None
+        await client.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_a_renewal_keeps_the_slot_set_from_expiring(redis_url: str) -> None:
+    """The set of slots expires a minute past a lease without admissions; a renewal must
+    push that back, or a stream longer than it lost its slot with the key and the tenant
+    got one request more than its limit on every replica."""
+    import redis.asyncio
+
+    from gateway.tenants.limits import TenantLimits
+    from gateway.tenants.shared_limits import SharedLimiter
+
+    async def scenario() -> None:
+        client = redis.asyncio.from_url(redis_url)
+        limiter = SharedLimiter(client, "long", TenantLimits(max_concurrency=1), lease_s=20.0)
+        assert await limiter.admit(10) is not None
+        await client.expire("tiergate:long:inflight", 5)  # as if admitted 75 s ago
+        await limiter.renew()
+        assert await client.ttl("tiergate:long:inflight") > 60
+        await client.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_only_slots_still_taken_and_younger_than_the_longest_request_are_renewed(
+    redis_url: str,
+) -> None:
+    """A released hold, a hold of a tenant without a concurrency limit (it takes no slot)
+    and one older than timeouts.total_s (a release a bug lost) are not renewed: each would
+    cost every round a longer script call, and the last would hold its slot for good."""
+    import redis.asyncio
+
+    from gateway.tenants.limits import TenantLimits
+    from gateway.tenants.shared_limits import SharedLimiter
+
+    async def scenario() -> None:
+        client = redis.asyncio.from_url(redis_url)
+        now = [100.0]
+        limiter = SharedLimiter(
+            client,
+            "held",
+            TenantLimits(max_concurrency=2),
+            max_request_s=60.0,
+            clock=lambda: now[0],
+        )
+        hold = await limiter.admit(10)
+        assert hold is not None and limiter.holds
+        await limiter.release(hold, 10, 10)
+        assert not limiter.holds
+        unlimited = SharedLimiter(client, "free", TenantLimits(requests_per_second=100.0))
+        assert await unlimited.admit(10) is not None and not unlimited.holds
+
+        assert await limiter.admit(10) is not None
+        key = "tiergate:held:inflight"
+        [(_, taken_at)] = await client.zrange(key, 0, -1, withscores=True)
+        await asyncio.sleep(0.05)
+        now[0] += 59.0
+        await limiter.renew()
+        [(_, renewed_at)] = await client.zrange(key, 0, -1, withscores=True)
+        assert renewed_at > taken_at and limiter.holds
+        now[0] += 2.0  # 61 s: past the longest request
+        await asyncio.sleep(0.05)
+        await limiter.renew()
+        [(_, last_renewed_at)] = await client.zrange(key, 0, -1, withscores=True)
+        assert last_renewed_at == renewed_at and not limiter.holds
+        await client.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_a_holder_renews_its_slots_several_times_a_lease(redis_url: str) -> None:
+    """Renewed once a lease, a slot is a lease old just before each renewal: an admission
+    on another replica then prunes it while its request still runs, and the tenant gets
+    one request more than its limit. Renewed every quarter lease, it never comes near."""
+    import redis.asyncio
+
+    from gateway.tenants.admission import Admission
+    from tests.gateway.tenants.test_limits import registry_with
+
+    async def scenario() -> None:
+        client = redis.asyncio.from_url(redis_url)
+        tenant = registry_with({"max_concurrency": 1}).tenants["t"]
+        admission = Admission(client, lease_s=0.4)
+        admission.configure({"t": tenant})
+        renewing = asyncio.get_running_loop().create_task(admission.keep_leases())
+        ticket = await admission.admit(tenant, {"max_tokens": 10}, 0, "chat")
+        oldest = 0.0
+        for _ in range(60):  # 1.2 s, three leases
+            await asyncio.sleep(0.02)
+            slots: Any = await client.zrange("tiergate:t:inflight", 0, -1, withscores=True)
+            [(_, renewed_at)] = slots
+            oldest = max(oldest, await _redis_now(client) - renewed_at)
+        assert oldest < 0.3, f"a slot went {oldest:.2f} s unrenewed with a 0.4 s lease"
+        await ticket.release(10)
+        renewing.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await renewing
+        await client.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_a_release_cancelled_again_while_under_way_still_reaches_redis(redis_url: str) -> None:
+    """A cut request's task may be cancelled once more while its release runs (anyio
+    cancels a task in a cancelled scope at each await until it leaves): the release goes on
+    in a task of its own, which the shutdown waits for, or the slot stayed taken on every
+    replica for a lease after the request had ended."""
+    import redis.asyncio
+
+    from gateway.tenants.admission import Admission
+    from tests.gateway.tenants.test_limits import registry_with
+
+    async def scenario() -> None:
+        client = redis.asyncio.from_url(redis_url)
+        tenant = registry_with({"max_concurrency": 1}).tenants["t"]
+        admission = Admission(client)
+        admission.configure({"t": tenant})
+        limiter: Any = admission._limiters["t"]
+        release_script = limiter._release
+
+        async def slow_release(**kwargs: Any) -> Any:
+            await asyncio.sleep(0.2)  # Redis slow to answer: the second cancel comes first
+            return await release_script(**kwargs)
+
+        limiter._release = slow_release
+
+        async def request() -> None:
+            ticket = await admission.admit(tenant, {"max_tokens": 10}, 0, "chat")
+            try:
+                await asyncio.sleep(10)  # streaming when the shutdown cuts it
+            finally:
+                await ticket.release(10)
+
+        task = asyncio.get_running_loop().create_task(request())
+        await asyncio.sleep(0.05)
+        task.cancel()
+        await asyncio.sleep(0.05)  # its release is under way
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await admission.settle()
+        assert await client.zcard("tiergate:t:inflight") == 0
         await client.aclose()
 
     asyncio.run(scenario())
