@@ -595,6 +595,34 @@ def test_a_client_that_leaves_a_json_request_the_engine_has_counts_it_unmetered_
         assert gw.metric("tiergate_requests_total", requests) == 1
 
 
+def test_a_client_that_leaves_after_a_failover_counts_at_the_tier_that_had_it(
+    fault_ladder: Ladder,
+) -> None:
+    """The decided tier refused the connection and the next one had the request when the
+    client left: the 499 and its unmetered generation are that next tier's, not the one
+    that never had it."""
+    import http.client
+
+    nvfp4, w4a16 = fault_ladder.sims[0], fault_ladder.sims[1]
+    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}]})
+    headers = {"authorization": f"Bearer {API_KEY}", "content-type": "application/json"}
+    with GatewayThread(settings(fault_ladder), policy_factory=fixed_policy(0)) as gw:
+        nvfp4.faults(refuse_connections=True)
+        time.sleep(0.2)  # the simulator drops the connections it holds, pooled ones too
+        before = w4a16.stats()["requests"]
+        w4a16.faults(added_latency_s=3.0)
+        client = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10)
+        client.request("POST", "/v1/chat/completions", body=body, headers=headers)
+        assert wait_for(lambda: w4a16.stats()["requests"] == before + 1)  # w4a16 has it
+        time.sleep(0.4)  # past JSON_WATCH_DELAY_S: the gateway watches for the departure
+        client.close()
+        left = {"tenant": "default", "tier": "w4a16"}
+        assert gw.settled_metric("tiergate_client_disconnects_total", left, 1) == 1
+        assert gw.metric("tiergate_unmetered_requests_total", left) == 1
+        never_had_it = {"tenant": "default", "tier": "nvfp4"}
+        assert gw.metric("tiergate_client_disconnects_total", never_had_it) == 0
+
+
 def test_a_slot_freed_by_a_request_from_before_a_reload_wakes_the_queue(
     fault_ladder: Ladder,
 ) -> None:

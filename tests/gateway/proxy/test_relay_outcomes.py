@@ -332,3 +332,20 @@ def test_a_streams_events_reach_the_client_with_the_public_model_name() -> None:
     asyncio.run(relay_stream(exchange, response, stall_s=60.0))
     assert b'"model":"llama"' in relayed_body(sent) and b"served/" not in relayed_body(sent)
     assert b"served/" not in b"".join(exchange.captured)
+
+
+def test_a_responses_error_event_follows_the_last_event_of_a_batch_of_several() -> None:
+    """An engine's read holds several numbered events: the error event follows the last
+    of them, however many digits its number has."""
+    events = b"".join(
+        b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
+        b'"delta":"Hi","sequence_number":%d}\n\n' % number
+        for number in (98, 99, 100)
+    )
+    exchange, sent = pinned_exchange()
+    exchange.kind = "responses"
+    stream = _Stream([events, UpstreamConnectError("reset")])
+    response: UpstreamResponse = stream  # type: ignore[assignment]
+    asyncio.run(relay_stream(exchange, response, stall_s=60.0))
+    data = relayed_body(sent).rsplit(b"data: ", 1)[-1]
+    assert json.loads(data)["sequence_number"] == 101
