@@ -515,3 +515,56 @@ def test_a_body_sent_after_100_continue_during_a_shutdown_does_not_keep_it_alive
         sock.sendall(chat)
         head, _ = _one_answer(sock)
         assert head.startswith(b"HTTP/1.1 200 ") and b"connection: close" in head
+
+
+def test_expect_100_continue_is_read_whatever_its_case(ladder: Ladder) -> None:
+    """Header values compare case-insensitively (RFC 9110 10.1.1): a client that sends
+    `Expect: 100-Continue` waits for `100 Continue` (curl's wait is a second) as one in
+    lower case does, and is asked for its body at once."""
+    chat = json.dumps(CHAT).encode()
+    with (
+        GatewayThread(ladder.settings()) as gw,
+        socket.create_connection(("127.0.0.1", gw.port), timeout=5) as sock,
+    ):
+        sock.sendall(_head_with_length(len(chat), "Expect: 100-Continue\r\n"))
+        assert sock.recv(65536) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        sock.sendall(chat)
+        assert _one_answer(sock)[0].startswith(b"HTTP/1.1 200 ")
+
+
+def test_an_expected_empty_body_keeps_the_connection_alive(ladder: Ladder) -> None:
+    """A request waiting on `100 Continue` whose body is empty has nothing left to send:
+    its answer keeps the connection alive as the request asked."""
+    health = b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n"
+    with (
+        GatewayThread(ladder.settings()) as gw,
+        socket.create_connection(("127.0.0.1", gw.port), timeout=5) as sock,
+    ):
+        sock.sendall(_head_with_length(0, "expect: 100-continue\r\n"))
+        answer = b""
+        while not answer.endswith(b"}}"):  # a 400's JSON error, after any `100 Continue`
+            part = sock.recv(65536)
+            assert part, answer
+            answer += part
+        head = answer.removeprefix(b"HTTP/1.1 100 Continue\r\n\r\n").partition(b"\r\n\r\n")[0]
+        assert head.startswith(b"HTTP/1.1 400 ") and b"connection: close" not in head
+        sock.sendall(health)
+        assert _one_answer(sock)[0].startswith(b"HTTP/1.1 200 ")
+
+
+def test_an_expected_body_that_comes_keeps_the_connection_as_the_request_asked(
+    ladder: Ladder,
+) -> None:
+    """The keep-alive held back while a request waits on `100 Continue` comes back when
+    its body does: as the request asked, so one that asked to close is closed."""
+    chat = json.dumps(CHAT).encode()
+    with (
+        GatewayThread(ladder.settings()) as gw,
+        socket.create_connection(("127.0.0.1", gw.port), timeout=5) as sock,
+    ):
+        sock.sendall(_head_with_length(len(chat), "expect: 100-continue\r\nconnection: close\r\n"))
+        assert sock.recv(65536) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        sock.sendall(chat)
+        head, _ = _one_answer(sock)
+        assert head.startswith(b"HTTP/1.1 200 ") and b"connection: close" in head
+        assert sock.recv(65536) == b""

@@ -272,3 +272,29 @@ def test_a_slow_head_after_a_request_being_served_does_not_lose_its_answer(
     finally:
         for sim in ladder.sims:
             sim.faults(added_latency_s=0.0)
+
+
+def test_a_body_of_many_chunks_whose_size_lines_come_alone_is_served(ladder: Ladder) -> None:
+    """Each read after a chunk's size line is counted toward the trailer bound until its
+    data comes: the count starts again at each chunk, so a large body sent a size line at
+    a time (as a client writing each chunk's parts apart does) is no trailer past the bound."""
+    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}]})
+    padded = body.encode() + b" " * (3 * MAX_HEAD_BYTES)
+    step = 1 << 17
+    with (
+        GatewayThread(ladder.settings()) as gw,
+        socket.create_connection(("127.0.0.1", gw.port), timeout=10) as sock,
+    ):
+        head = _chunked_chat(b"", b"").split(b"\r\n\r\n", 1)[0] + b"\r\n\r\n"
+        sock.sendall(head)
+        for start in range(0, len(padded), step):
+            chunk = padded[start : start + step]
+            sock.sendall(b"%x\r\n" % len(chunk))
+            time.sleep(0.01)  # its own read: the data's read is counted whole
+            sock.sendall(chunk + b"\r\n")
+        sock.sendall(b"0\r\n\r\n")
+        answer = b""
+        with contextlib.suppress(ConnectionResetError):
+            while part := sock.recv(65536):
+                answer += part
+    assert answer.startswith(b"HTTP/1.1 200 OK") and b'"chat.completion"' in answer
