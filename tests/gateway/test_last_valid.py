@@ -10,6 +10,7 @@ import pytest
 from gateway.app import (
     CONFIG_ENV,
     LAST_VALID_CONFIG_ENV,
+    WORKERS_ENV,
     check_settings,
     create_app_from_env,
 )
@@ -110,6 +111,27 @@ def test_a_worker_starts_from_the_kept_copy_while_the_file_is_invalid(
     app = create_app_from_env()
     assert [tier.name for tier in app.runtime.settings.tiers] == ["a", "b"]
     assert app.config_path == source  # and it keeps watching the real file
+
+
+def test_a_worker_runs_on_its_socket_and_worker_count_at_start_and_after_a_reload(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`serve --workers 2 --host 0.0.0.0 --port 8123` with a file that says otherwise: each
+    worker reports what runs (/admin/config), and a reload is no server change: it warned,
+    on every reload, that host, port and workers apply only at a restart."""
+    source = write_settings(tmp_path / "c.yaml", _settings(9001))  # 127.0.0.1:8000, 1 worker
+    monkeypatch.setenv(CONFIG_ENV, str(source))
+    monkeypatch.delenv(LAST_VALID_CONFIG_ENV, raising=False)
+    monkeypatch.setenv(WORKERS_ENV, "2")
+    app = create_app_from_env("0.0.0.0", 8123)
+    running = ("0.0.0.0", 8123, 2)
+    server = app.runtime.settings.server
+    assert (server.host, server.port, server.workers) == running
+    with caplog.at_level("WARNING"):
+        app.reload()
+    assert "apply at start" not in caplog.text
+    server = app.runtime.settings.server
+    assert (server.host, server.port, server.workers) == running
 
 
 def test_check_settings_sees_an_unwritable_label_log(tmp_path: Path) -> None:
