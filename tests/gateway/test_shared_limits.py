@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import http.client
 import os
 import signal
@@ -649,7 +650,8 @@ def test_only_slots_still_taken_and_younger_than_the_longest_request_are_renewed
 def test_a_holder_renews_its_slots_several_times_a_lease(redis_url: str) -> None:
     """Renewed once a lease, a slot is a lease old just before each renewal: an admission
     on another replica then prunes it while its request still runs, and the tenant gets
-    one request more than its limit. Renewed every quarter lease, it never comes near."""
+    one request more than its limit. Renewed every quarter lease, every tenant's slot
+    never comes near."""
     import redis.asyncio
 
     from gateway.tenants.admission import Admission
@@ -657,19 +659,27 @@ def test_a_holder_renews_its_slots_several_times_a_lease(redis_url: str) -> None
 
     async def scenario() -> None:
         client = redis.asyncio.from_url(redis_url)
-        tenant = registry_with({"max_concurrency": 1}).tenants["t"]
+        first = registry_with({"max_concurrency": 1}).tenants["t"]
+        tenants = {"t": first, "u": dataclasses.replace(first, name="u")}  # two tenants
         admission = Admission(client, lease_s=0.4)
-        admission.configure({"t": tenant})
+        admission.configure(tenants)
         renewing = asyncio.get_running_loop().create_task(admission.keep_leases())
-        ticket = await admission.admit(tenant, {"max_tokens": 10}, 0, "chat")
+        tickets = [
+            await admission.admit(tenant, {"max_tokens": 10}, 0, "chat")
+            for tenant in tenants.values()
+        ]
         oldest = 0.0
         for _ in range(60):  # 1.2 s, three leases
             await asyncio.sleep(0.02)
-            slots: Any = await client.zrange("tiergate:t:inflight", 0, -1, withscores=True)
-            [(_, renewed_at)] = slots
-            oldest = max(oldest, await _redis_now(client) - renewed_at)
+            for name in tenants:
+                slots: Any = await client.zrange(
+                    f"tiergate:{name}:inflight", 0, -1, withscores=True
+                )
+                [(_, renewed_at)] = slots
+                oldest = max(oldest, await _redis_now(client) - renewed_at)
         assert oldest < 0.3, f"a slot went {oldest:.2f} s unrenewed with a 0.4 s lease"
-        await ticket.release(10)
+        for ticket in tickets:
+            await ticket.release(10)
         renewing.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await renewing
@@ -721,3 +731,43 @@ def test_a_release_cancelled_again_while_under_way_still_reaches_redis(redis_url
         await client.aclose()
 
     asyncio.run(scenario())
+
+
+def test_a_renewal_round_renews_every_tenants_slots(redis_url: str) -> None:
+    """One round renews the slots of every tenant this process holds some for, not only
+    the first one's: the others' would be pruned a lease later while their requests run."""
+    import redis.asyncio
+
+    from gateway.tenants.limits import TenantLimits
+    from gateway.tenants.shared_limits import SharedLimiter, renew_leases
+
+    async def scenario() -> None:
+        client = redis.asyncio.from_url(redis_url)
+        limiters = [
+            SharedLimiter(client, tenant, TenantLimits(max_concurrency=1))
+            for tenant in ("first", "second")
+        ]
+        for limiter in limiters:
+            assert await limiter.admit(10) is not None
+        taken: Any = [
+            await client.zrange(f"tiergate:{tenant}:inflight", 0, -1, withscores=True)
+            for tenant in ("first", "second")
+        ]
+        await asyncio.sleep(0.05)
+        await renew_leases(limiters)
+        for tenant, [(_, taken_at)] in zip(("first", "second"), taken, strict=True):
+            slots: Any = await client.zrange(f"tiergate:{tenant}:inflight", 0, -1, withscores=True)
+            [(_, renewed_at)] = slots
+            assert renewed_at > taken_at, tenant
+        await client.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_a_shutdown_with_no_release_under_way_settles_at_once() -> None:
+    """`settle` runs at every shutdown, before the metrics are flushed and the tiers
+    closed: with nothing to wait for it must return, not raise (asyncio.wait refuses an
+    empty set), or the rest of the shutdown was skipped."""
+    from gateway.tenants.admission import Admission
+
+    asyncio.run(asyncio.wait_for(Admission().settle(), 1.0))
