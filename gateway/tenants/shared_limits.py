@@ -181,7 +181,8 @@ class SharedLimiter:
         self._admit = client.register_script(_PRELUDE + _ADMIT)
         self._release = client.register_script(_PRELUDE + _RELEASE)
         self._renew = client.register_script(_PRELUDE + _RENEW)
-        # The slots this process holds in Redis, with when they were admitted (on `clock`):
+        # The slots this process holds in Redis, with when their request's time runs out
+        # (on `clock`; the longest request at admission, which a reload may change after):
         # what `renew` keeps alive.
         self._held: dict[str, float] = {}
         # Request ids whose admission failed but may still run in Redis (with when it
@@ -242,7 +243,7 @@ class SharedLimiter:
             )
         self.local.inflight += 1
         if self.limits.max_concurrency:
-            self._held[request_id] = self._clock()
+            self._held[request_id] = self._clock() + self.max_request_s
         return SharedHold(request_id, estimate)
 
     async def release(
@@ -268,10 +269,11 @@ class SharedLimiter:
 
     async def renew(self) -> None:
         """Renews the leases of the slots this process holds, in one script call. A hold
-        older than the longest request (timeouts.total_s) is no longer renewed: one that a
-        bug never released frees its slot a lease later, as a dead process's does."""
-        oldest = self._clock() - self.max_request_s
-        self._held = {key: at for key, at in self._held.items() if at > oldest}
+        older than the longest request (timeouts.total_s when it was admitted) is no longer
+        renewed: one that a bug never released frees its slot a lease later, as a dead
+        process's does."""
+        now = self._clock()
+        self._held = {key: ends for key, ends in self._held.items() if ends > now}
         if self._held:
             await self._renew(keys=[self._keys[2]], args=[self.lease_s, *self._held])
 

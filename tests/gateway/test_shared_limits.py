@@ -606,7 +606,9 @@ def test_only_slots_still_taken_and_younger_than_the_longest_request_are_renewed
 ) -> None:
     """A released hold, a hold of a tenant without a concurrency limit (it takes no slot)
     and one older than timeouts.total_s (a release a bug lost) are not renewed: each would
-    cost every round a longer script call, and the last would hold its slot for good."""
+    cost every round a longer script call, and the last would hold its slot for good. The
+    limit is the one at admission: a reload that lowers total_s does not end the leases of
+    requests that may still run under the old one."""
     import redis.asyncio
 
     from gateway.tenants.limits import TenantLimits
@@ -637,11 +639,16 @@ def test_only_slots_still_taken_and_younger_than_the_longest_request_are_renewed
         await limiter.renew()
         [(_, renewed_at)] = await client.zrange(key, 0, -1, withscores=True)
         assert renewed_at > taken_at and limiter.holds
-        now[0] += 2.0  # 61 s: past the longest request
+        limiter.max_request_s = 1.0  # a reload lowers total_s: this request keeps its own
+        await asyncio.sleep(0.05)
+        await limiter.renew()
+        [(_, kept_at)] = await client.zrange(key, 0, -1, withscores=True)
+        assert kept_at > renewed_at and limiter.holds
+        now[0] += 2.0  # 61 s: past the longest request at its admission
         await asyncio.sleep(0.05)
         await limiter.renew()
         [(_, last_renewed_at)] = await client.zrange(key, 0, -1, withscores=True)
-        assert last_renewed_at == renewed_at and not limiter.holds
+        assert last_renewed_at == kept_at and not limiter.holds
         await client.aclose()
 
     asyncio.run(scenario())
