@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ _USAGE_MARKERS: Final = (b'"usage":{', b'"usage": {')
 # JSON string `"` is escaped and a newline cannot occur, so neither can be content.
 _ENGINE_ERROR_MARKERS: Final = (b'data: {"error"', b"event: error\n")
 _SEQUENCE_KEY: Final = b'"sequence_number":'
+_SEQUENCE_VALUE: Final = re.compile(rb" *(\d+)")
 _COMMENT: Final = ord(":")  # an SSE line that begins with a colon is a comment
 # How long past the request's total_s a stream may wait on its client to read: the
 # upstream's own timer cuts the stream at total_s, and this leaves a slow reader the time
@@ -215,14 +217,8 @@ async def _relay_events(exchange: Exchange, response: UpstreamResponse, stall_s:
 def _last_sequence_number(events: bytes) -> int:
     """The `sequence_number` of the last Responses event in `events`; -1 when none is."""
     at = events.rfind(_SEQUENCE_KEY)
-    if at < 0:
-        return -1
-    start = at + len(_SEQUENCE_KEY)
-    digits = events[start : start + 20].lstrip(b" ")
-    end = 0
-    while end < len(digits) and digits[end : end + 1].isdigit():
-        end += 1
-    return int(digits[:end]) if end else -1
+    number = _SEQUENCE_VALUE.match(events, at + len(_SEQUENCE_KEY)) if at >= 0 else None
+    return int(number.group(1)) if number else -1
 
 
 def _outgoing(exchange: Exchange, events: bytes) -> bytes:

@@ -9,6 +9,7 @@ import json
 import socket
 import time
 import urllib.request
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -442,6 +443,23 @@ def _one_answer(sock: socket.socket) -> tuple[bytes, bytes]:
     return head, body
 
 
+@contextlib.contextmanager
+def _raw_connection(ladder: Ladder) -> Iterator[tuple[GatewayThread, socket.socket]]:
+    """A gateway on `ladder` and one raw socket connected to it."""
+    with (
+        GatewayThread(ladder.settings()) as gw,
+        socket.create_connection(("127.0.0.1", gw.port), timeout=5) as sock,
+    ):
+        yield gw, sock
+
+
+def _asked_for_body(sock: socket.socket, length: int, extra: str) -> None:
+    """Sends a chat head of `length` with `extra` headers (an Expect among them) and checks
+    that the gateway asks for the body."""
+    sock.sendall(_head_with_length(length, extra))
+    assert sock.recv(65536) == b"HTTP/1.1 100 Continue\r\n\r\n"
+
+
 def test_a_declared_length_over_the_limit_is_a_413_instead_of_100_continue(
     ladder: Ladder,
 ) -> None:
@@ -459,8 +477,7 @@ def test_a_declared_length_over_the_limit_is_a_413_instead_of_100_continue(
         with socket.create_connection(("127.0.0.1", gw.port), timeout=5) as sock:
             # Within the limit, the client is asked for its body and served.
             chat = json.dumps(CHAT).encode()
-            sock.sendall(_head_with_length(len(chat), "expect: 100-continue\r\n"))
-            assert sock.recv(65536) == b"HTTP/1.1 100 Continue\r\n\r\n"
+            _asked_for_body(sock, len(chat), "expect: 100-continue\r\n")
             sock.sendall(chat)
             assert _one_answer(sock)[0].startswith(b"HTTP/1.1 200 ")
 
@@ -486,8 +503,7 @@ def test_a_refusal_before_an_expected_body_is_sent_closes_the_connection(
                 assert sock.recv(65536) == b""
         with socket.create_connection(("127.0.0.1", gw.port), timeout=5) as sock:
             chat = json.dumps(CHAT).encode()
-            sock.sendall(_head_with_length(len(chat), "expect: 100-continue\r\n"))
-            assert sock.recv(65536) == b"HTTP/1.1 100 Continue\r\n\r\n"
+            _asked_for_body(sock, len(chat), "expect: 100-continue\r\n")
             sock.sendall(chat)
             head, _ = _one_answer(sock)
             assert head.startswith(b"HTTP/1.1 200 ") and b"connection: close" not in head
@@ -501,12 +517,8 @@ def test_a_body_sent_after_100_continue_during_a_shutdown_does_not_keep_it_alive
     """The graceful shutdown ends the connection after the request in flight; the body of
     one that waited on `100 Continue` coming after it began did not make it kept alive."""
     chat = json.dumps(CHAT).encode()
-    with (
-        GatewayThread(ladder.settings()) as gw,
-        socket.create_connection(("127.0.0.1", gw.port), timeout=5) as sock,
-    ):
-        sock.sendall(_head_with_length(len(chat), "expect: 100-continue\r\n"))
-        assert sock.recv(65536) == b"HTTP/1.1 100 Continue\r\n\r\n"
+    with _raw_connection(ladder) as (gw, sock):
+        _asked_for_body(sock, len(chat), "expect: 100-continue\r\n")
         gw.server.should_exit = True
         deadline = time.monotonic() + 5
         while any(server.is_serving() for server in gw.server.servers):
@@ -522,12 +534,8 @@ def test_expect_100_continue_is_read_whatever_its_case(ladder: Ladder) -> None:
     `Expect: 100-Continue` waits for `100 Continue` (curl's wait is a second) as one in
     lower case does, and is asked for its body at once."""
     chat = json.dumps(CHAT).encode()
-    with (
-        GatewayThread(ladder.settings()) as gw,
-        socket.create_connection(("127.0.0.1", gw.port), timeout=5) as sock,
-    ):
-        sock.sendall(_head_with_length(len(chat), "Expect: 100-Continue\r\n"))
-        assert sock.recv(65536) == b"HTTP/1.1 100 Continue\r\n\r\n"
+    with _raw_connection(ladder) as (_, sock):
+        _asked_for_body(sock, len(chat), "Expect: 100-Continue\r\n")
         sock.sendall(chat)
         assert _one_answer(sock)[0].startswith(b"HTTP/1.1 200 ")
 
@@ -536,10 +544,7 @@ def test_an_expected_empty_body_keeps_the_connection_alive(ladder: Ladder) -> No
     """A request waiting on `100 Continue` whose body is empty has nothing left to send:
     its answer keeps the connection alive as the request asked."""
     health = b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n"
-    with (
-        GatewayThread(ladder.settings()) as gw,
-        socket.create_connection(("127.0.0.1", gw.port), timeout=5) as sock,
-    ):
+    with _raw_connection(ladder) as (_, sock):
         sock.sendall(_head_with_length(0, "expect: 100-continue\r\n"))
         answer = b""
         while not answer.endswith(b"}}"):  # a 400's JSON error, after any `100 Continue`
@@ -558,12 +563,8 @@ def test_an_expected_body_that_comes_keeps_the_connection_as_the_request_asked(
     """The keep-alive held back while a request waits on `100 Continue` comes back when
     its body does: as the request asked, so one that asked to close is closed."""
     chat = json.dumps(CHAT).encode()
-    with (
-        GatewayThread(ladder.settings()) as gw,
-        socket.create_connection(("127.0.0.1", gw.port), timeout=5) as sock,
-    ):
-        sock.sendall(_head_with_length(len(chat), "expect: 100-continue\r\nconnection: close\r\n"))
-        assert sock.recv(65536) == b"HTTP/1.1 100 Continue\r\n\r\n"
+    with _raw_connection(ladder) as (_, sock):
+        _asked_for_body(sock, len(chat), "expect: 100-continue\r\nconnection: close\r\n")
         sock.sendall(chat)
         head, _ = _one_answer(sock)
         assert head.startswith(b"HTTP/1.1 200 ") and b"connection: close" in head

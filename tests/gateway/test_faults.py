@@ -527,11 +527,21 @@ def test_a_slot_whose_endpoint_is_ejected_before_the_waiter_runs_is_not_used(
         assert holder.result()[0] == 200
 
 
+def chat_sent(gw: GatewayThread, model: str) -> Any:
+    """An http.client connection whose chat request has been sent, its answer not read:
+    the test decides when to read it, or to leave."""
+    import http.client
+
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]})
+    headers = {"authorization": f"Bearer {API_KEY}", "content-type": "application/json"}
+    connection = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10)
+    connection.request("POST", "/v1/chat/completions", body=body, headers=headers)
+    return connection
+
+
 def test_a_client_that_leaves_while_queued_is_never_sent_upstream(fault_ladder: Ladder) -> None:
     """A JSON request waiting in a full tier's queue whose client leaves: when the slot
     frees, it is not sent (it was, and held the engine and the tenant's slot for nobody)."""
-    import http.client
-
     data = settings(
         fault_ladder,
         resilience={"queue_timeout_s": 5.0, "health_interval_s": 60},
@@ -544,17 +554,13 @@ def test_a_client_that_leaves_while_queued_is_never_sent_upstream(fault_ladder: 
     nvfp4 = fault_ladder.sims[0]
     from gateway.config import parse_settings
 
-    body = json.dumps({"model": f"{MODEL}@nvfp4", "messages": [{"role": "user", "content": "hi"}]})
-    headers = {"authorization": f"Bearer {API_KEY}", "content-type": "application/json"}
     with GatewayThread(parse_settings(data), policy_factory=fixed_policy(0)) as gw:
         before = nvfp4.stats()["requests"]
         nvfp4.faults(added_latency_s=1.0)
-        first = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10)
-        first.request("POST", "/v1/chat/completions", body=body, headers=headers)
+        first = chat_sent(gw, f"{MODEL}@nvfp4")
         endpoint, admission = gw.app.runtime.tiers[0].endpoints[0], gw.app.admission
         assert wait_for(lambda: endpoint.inflight == 1)  # the first request holds the only slot
-        queued = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10)
-        queued.request("POST", "/v1/chat/completions", body=body, headers=headers)
+        queued = chat_sent(gw, f"{MODEL}@nvfp4")
         time.sleep(0.4)  # queued, and watched for leaving (after JSON_WATCH_DELAY_S)
         queued.close()
         assert first.getresponse().status == 200
@@ -575,16 +581,11 @@ def test_a_client_that_leaves_a_json_request_the_engine_has_counts_it_unmetered_
     """The engine generated for it until the abort, and its usage never came: the tier
     that began to serve it is named, and the request counts as unmetered there (a stream
     left the same way already was; the JSON one went to tier `_none`, in no cost)."""
-    import http.client
-
     nvfp4 = fault_ladder.sims[0]
-    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}]})
-    headers = {"authorization": f"Bearer {API_KEY}", "content-type": "application/json"}
     with GatewayThread(settings(fault_ladder), policy_factory=fixed_policy(0)) as gw:
         before = nvfp4.stats()["requests"]
         nvfp4.faults(added_latency_s=3.0)
-        client = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10)
-        client.request("POST", "/v1/chat/completions", body=body, headers=headers)
+        client = chat_sent(gw, MODEL)
         assert wait_for(lambda: nvfp4.stats()["requests"] == before + 1)  # the engine has it
         time.sleep(0.4)  # past JSON_WATCH_DELAY_S: the gateway watches for the departure
         client.close()
