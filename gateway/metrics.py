@@ -212,6 +212,15 @@ class GatewayMetrics:
             registry=registry,
             multiprocess_mode="livemax",
         )
+        self.engine_scrapes = Counter(
+            "tiergate_engine_scrapes",
+            "The observer's scrapes of each engine's /metrics, by tier, endpoint and outcome "
+            "(ok; failed: no 200 answer; unparsable: not a Prometheus text page; "
+            "no_model: no vLLM gauge for the tier's served model, so the engine-side regime "
+            "and the running flags stay unknown).",
+            ["tier", "endpoint", "outcome"],
+            registry=registry,
+        )
         self.expected_cpt = Gauge(
             "tiergate_planner_expected_cost_per_token_seconds",
             "Cost model: GPU-seconds per output token at the recommended and the running "

@@ -687,6 +687,19 @@ REGIME: Final = Dashboard(
             ),
             unit="ops",
         ),
+        Panel(
+            "Engine scrapes by the gateway observer",
+            "The observer's reads of each engine's /metrics by outcome. Anything but ok for long "
+            "(failed, unparsable, no_model: no vLLM gauge for the tier's served model) leaves "
+            "the regime without engine figures and the running flags unread.",
+            (
+                Query(
+                    _sum("tier, outcome", _rate("tiergate_engine_scrapes_total", TIER)),
+                    "{{tier}} {{outcome}}",
+                ),
+            ),
+            unit="ops",
+        ),
         Row("Recommended against running flags"),
         Panel(
             "Recommended and running flags",

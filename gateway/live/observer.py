@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.backends.tier import TierBackend
+from gateway.backends.tier import EndpointState, TierBackend
 from gateway.config import Settings
 from gateway.live import upstream
 from gateway.metrics import GatewayMetrics
@@ -490,12 +490,8 @@ class LiveObserver:
         now = self.clock()
         for name, state in self._states.items():
             for endpoint in state.tier.endpoints:
-                text = await upstream.get(endpoint, b"/metrics")
-                if text is None:
-                    continue
-                try:
-                    snapshot = parse_vllm_metrics(text.decode(), state.tier.served_model_name)
-                except ValueError:
+                snapshot = await self._scrape(name, state.tier, endpoint)
+                if snapshot is None:
                     continue
                 self._adopt_block_size(state, snapshot)
                 url = endpoint.endpoint.url
@@ -507,6 +503,26 @@ class LiveObserver:
             if state.tier.settings.vllm_args is None and state.endpoint_flags:
                 state.running = agreed_flags(state.endpoint_flags.values())
             self._adopt_kv_capacity(state, min(state.endpoint_kv_tokens.values(), default=None))
+
+    async def _scrape(
+        self, name: str, tier: TierBackend, endpoint: EndpointState
+    ) -> VllmMetricsSnapshot | None:
+        """One engine's /metrics, its outcome counted: an engine whose counters never arrive
+        (unreachable, another served model name) would otherwise only show as a regime
+        without engine figures."""
+        text = await upstream.get(endpoint, b"/metrics")
+        snapshot = None
+        if text is None:
+            outcome = "failed"
+        else:
+            try:
+                snapshot = parse_vllm_metrics(text.decode(), tier.served_model_name)
+            except ValueError:  # UnicodeDecodeError included
+                outcome = "unparsable"
+            else:
+                outcome = "ok" if snapshot.num_requests_running is not None else "no_model"
+        self.metrics.engine_scrapes.labels(name, endpoint.endpoint.url, outcome).inc()
+        return snapshot
 
     def _adopt_kv_capacity(self, state: _TierState, tokens: int | None) -> None:
         # The least replica bounds the batch a request can count on; a change (an engine

@@ -514,6 +514,43 @@ def test_a_replica_missing_a_scrape_keeps_the_tiers_kv_capacity(
     assert reconfigured == []
 
 
+def test_each_engine_scrape_is_counted_by_outcome(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An engine whose counters never reach the observer shows in
+    tiergate_engine_scrapes_total, not only as a regime without engine figures."""
+    page = _metrics_page(1e6, 1e5, 4.0)
+    pages: dict[str, bytes | None] = {
+        "ok": page,
+        "failed": None,
+        "unparsable": b"<html>Service Unavailable</html>",
+        "not utf-8": b"\xff\xfe" + page,
+        "no_model": page.replace(b'model_name="m"', b'model_name="another-model"'),
+    }
+    replicas = {f"http://127.0.0.1:{port}/v1": case for port, case in enumerate(pages, 1)}
+    observer = observer_over(
+        [{**tier("nv", "nvfp4", 8), "endpoints": list(replicas)}, tier("x", "bf16", 7)], {}
+    )
+
+    async def get(endpoint: Any, _path: bytes) -> bytes | None:
+        return pages[replicas[endpoint.endpoint.url]]
+
+    monkeypatch.setattr(upstream, "get", get)
+    backend = next(b for b in observer.tiers() if b.name == "nv")
+    backend.endpoints[:] = [
+        SimpleNamespace(endpoint=SimpleNamespace(url=url), healthy=True) for url in replicas
+    ]
+    asyncio.run(observer.scrape_once())
+    asyncio.run(observer.scrape_once())
+    expected = {"ok": "ok", "failed": "failed", "unparsable": "unparsable"}
+    expected |= {"not utf-8": "unparsable", "no_model": "no_model"}
+    for url, case in replicas.items():
+        for outcome in ("ok", "failed", "unparsable", "no_model"):
+            labels = {"tier": "nv", "endpoint": url, "outcome": outcome}
+            counted = observer.metrics.registry.get_sample_value(
+                "tiergate_engine_scrapes_total", labels
+            )
+            assert counted == (2.0 if outcome == expected[case] else None), (case, outcome)
+
+
 def test_a_reload_that_removes_every_reporting_replica_returns_k_to_the_estimate(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

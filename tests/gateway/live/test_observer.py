@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -11,7 +11,7 @@ import pytest
 from gateway.live.observer import first_prompt, flags_from_args, regime_of
 from gateway.observer.regime import ConcurrencySummary, RegimeReport, RhoSummary, RSummary
 from gateway.planner.params import DEFAULT_ETA
-from tests.helpers import MODEL, GatewayThread, Ladder, Sim, free_port, send
+from tests.helpers import MODEL, GatewayThread, Ladder, Sim, free_port, send, wait_for
 
 ADMIN = "observer-admin"
 
@@ -127,12 +127,19 @@ def chat(
     assert send("POST", f"{gw.url}/v1/chat/completions", body).status == 200
 
 
+def scraped_again(gw: GatewayThread, sim: Sim, times: int) -> Callable[[], bool]:
+    """A probe: has the observer read `sim`'s /metrics `times` more times since now?"""
+    labels = {"tier": sim.precision, "endpoint": f"{sim.url}/v1", "outcome": "ok"}
+    done = gw.metric("tiergate_engine_scrapes_total", labels)
+    return lambda: gw.metric("tiergate_engine_scrapes_total", labels) >= done + times
+
+
 SYSTEM = {"role": "system", "content": "You are a careful assistant for the billing team. " * 20}
 CODE = "def total(items):\n    return sum(item.price * item.quantity for item in items)\n" * 6
 
 
 def test_regime_plan_and_drift(observed: tuple[Ladder, GatewayThread]) -> None:
-    _, gw = observed
+    ladder, gw = observed
     # Engine counters enter as deltas between scrapes: let the first scrape land before any
     # traffic, so the engine and the replay see the same requests.
     deadline = time.monotonic() + 10
@@ -156,8 +163,10 @@ def test_regime_plan_and_drift(observed: tuple[Ladder, GatewayThread]) -> None:
             break
         time.sleep(0.3)
     assert view["samples"] == {"processed": 36, "dropped": 0, "effective_rate": 1.0, "workers": 1}
-    # Engine counters arrive by scrape (every 0.5 s): let one land after the last request.
-    time.sleep(1.2)
+    # Engine counters arrive by scrape (every 0.5 s): two more on every tier, so that one
+    # began after the last request was answered.
+    for probe in [scraped_again(gw, sim, times=2) for sim in ladder.sims]:
+        assert wait_for(probe)
     view = admin(gw, "/admin/regime")
     tiers = view["tiers"]
     # Shared system prompts: the replay sees prefix sharing, and so does the engine.
