@@ -604,9 +604,16 @@ class LiveObserver:
                 l_out=regime.l_out,
             )
             metrics.expected_cpt.labels(name, "running").set(cost)
+        else:
+            # Unknown now (replicas disagree mid-restart): a kept value would describe flags
+            # the tier may no longer run, as /admin/plan's null says.
+            metrics.drop_series(metrics.expected_cpt, {"tier": name, "config": "running"})
         for flag, wanted, actual in zip(FLAGS, recommended, running, strict=True):
             metrics.flag_recommended.labels(name, flag).set(1 if wanted else 0)
-            if actual is not None:
+            if actual is None:
+                metrics.drop_series(metrics.flag_running, {"tier": name, "flag": flag})
+                metrics.drop_series(metrics.flag_drift, {"tier": name, "flag": flag})
+            else:
                 metrics.flag_running.labels(name, flag).set(1 if actual else 0)
                 metrics.flag_drift.labels(name, flag).set(1 if actual != wanted else 0)
 

@@ -620,3 +620,40 @@ def test_a_reload_applies_its_plan_interval(monkeypatch: pytest.MonkeyPatch) -> 
         assert len(plans) == planned
 
     asyncio.run(main())
+
+
+def test_a_flag_replicas_disagree_on_leaves_no_stale_running_or_drift_gauge(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two replicas, neither speculating: advice to speculate drifts. One replica is then
+    restarted with speculation (a rolling restart): the flag is unknown, as /admin/plan says
+    (null); the gauges used to keep saying "runs off, drifts"."""
+    loop = Loop(monkeypatch)
+    loop.reload(None)
+    replicas = ["http://127.0.0.1:8/v1", "http://127.0.0.1:9/v1"]
+    loop.tiers[0].endpoints[:] = [
+        SimpleNamespace(endpoint=SimpleNamespace(url=url), healthy=True)  # type: ignore[misc]
+        for url in replicas
+    ]
+    speculating: set[str] = set()
+
+    async def get(endpoint: Any, _path: bytes) -> bytes:
+        page = _metrics_page(1000.0, 0.0, 4.0)
+        if endpoint.endpoint.url in speculating:
+            page += b'vllm:spec_decode_num_drafts_total{model_name="m",engine="0"} 10\n'
+        return page
+
+    monkeypatch.setattr(upstream, "get", get)
+    asyncio.run(loop.observer.scrape_once())
+    for _ in range(3):
+        entry = loop.plan(None, 0.9)
+    assert entry["drift"]["speculative"] is True
+    assert loop.gauge("tiergate_flag_drift", "speculative_decoding") == 1.0
+    speculating.add(replicas[1])
+    asyncio.run(loop.observer.scrape_once())
+    entry = loop.plan(None, 0.9)
+    assert entry["running"]["speculative"] is None and entry["drift"]["speculative"] is None
+    assert loop.gauge("tiergate_flag_running", "speculative_decoding") is None
+    assert loop.gauge("tiergate_flag_drift", "speculative_decoding") is None
+    cpt = "tiergate_planner_expected_cost_per_token_seconds"
+    assert loop.registry.get_sample_value(cpt, {"tier": TIER, "config": "running"}) is None
