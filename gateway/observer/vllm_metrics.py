@@ -166,6 +166,10 @@ class CounterDeltas:
     prompt_tokens: float | None = None
     request_success: float | None = None
     num_preemptions: float | None = None
+    # generation_tokens of the engines whose page carries spec-decode counters: a replica
+    # that does not speculate (mid rolling restart) has no rounds to count, and its tokens
+    # in the sum would read as rounds without a draft, pulling A_obs, and so r, down.
+    spec_generation_tokens: float | None = None
 
     def __add__(self, other: CounterDeltas) -> CounterDeltas:
         def plus(a: float | None, b: float | None) -> float | None:
@@ -185,8 +189,9 @@ class CounterDeltas:
 
     @property
     def tokens_per_round(self) -> float | None:
-        """A_obs = generated / (generated - accepted), no-draft rounds included (c.3)."""
-        gen, acc = self.generation_tokens, self.spec_decode_num_accepted_tokens
+        """A_obs = generated / (generated - accepted), no-draft rounds included (c.3), over
+        the engines that speculate."""
+        gen, acc = self.spec_generation_tokens, self.spec_decode_num_accepted_tokens
         if not gen or acc is None or self.spec_decode_num_drafts is None:
             return None
         rounds = gen - acc
@@ -196,7 +201,7 @@ class CounterDeltas:
     def coverage(self) -> float | None:
         """m = drafting rounds / rounds (X8)."""
         gen, acc, drafts = (
-            self.generation_tokens,
+            self.spec_generation_tokens,
             self.spec_decode_num_accepted_tokens,
             self.spec_decode_num_drafts,
         )
@@ -220,8 +225,8 @@ class CounterDeltas:
 def _restarted(prev: VllmMetricsSnapshot, cur: VllmMetricsSnapshot) -> bool:
     # Any counter that went down means the engine restarted, and then all its counters
     # restarted from 0: one that has already climbed past its old value must not be diffed.
-    for f in fields(CounterDeltas):
-        a, b = getattr(prev, f.name), getattr(cur, f.name)
+    for name in _COUNTERS:
+        a, b = getattr(prev, name), getattr(cur, name)
         if a is not None and b is not None and b < a:
             return True
     return False
@@ -241,4 +246,8 @@ def counter_deltas(prev: VllmMetricsSnapshot, cur: VllmMetricsSnapshot) -> Count
         # the engine counted since it started, not what it counted since then.
         return None if a is None else float(b - a)
 
-    return CounterDeltas(**{f.name: delta(f.name) for f in fields(CounterDeltas)})
+    deltas = {name: delta(name) for name in _COUNTERS}
+    speculates = deltas["spec_decode_num_drafts"] is not None
+    return CounterDeltas(
+        **deltas, spec_generation_tokens=deltas["generation_tokens"] if speculates else None
+    )

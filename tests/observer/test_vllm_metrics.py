@@ -180,3 +180,25 @@ def test_a_counter_back_after_a_scrape_without_it_is_not_a_delta() -> None:
     # After a restart every counter starts from 0: one the last scrape lacked counts whole.
     restarted = VllmMetricsSnapshot(generation_tokens=30, prefix_cache_queries=40)
     assert counter_deltas(before, restarted).prefix_cache_queries == 40
+
+
+def test_a_replica_that_does_not_speculate_leaves_a_obs_alone() -> None:
+    """Mid rolling restart one replica speculates (1000 generated, 500 accepted: A_obs 2)
+    and the other does not yet (1000 generated). The tier's A_obs is the speculating one's;
+    summed over both it read 2000 / 1500 = 1.33, as if half the rounds drafted nothing."""
+    spec = counter_deltas(
+        VllmMetricsSnapshot(
+            generation_tokens=0, spec_decode_num_accepted_tokens=0, spec_decode_num_drafts=0
+        ),
+        VllmMetricsSnapshot(
+            generation_tokens=1000, spec_decode_num_accepted_tokens=500, spec_decode_num_drafts=400
+        ),
+    )
+    plain = counter_deltas(
+        VllmMetricsSnapshot(generation_tokens=0), VllmMetricsSnapshot(generation_tokens=1000)
+    )
+    tier = spec + plain
+    assert tier.tokens_per_round == pytest.approx(2.0)
+    assert tier.coverage == pytest.approx(400 / 500)
+    assert tier.generation_tokens == 2000  # L_out still counts every replica
+    assert plain.tokens_per_round is None
