@@ -159,6 +159,14 @@ def chat_template_fields(request: dict[str, Any]) -> dict[str, Any]:
     return {key: request[key] for key in CHAT_TEMPLATE_FIELDS if request.get(key) is not None}
 
 
+def _known_flags(running: RunningFlags) -> dict[str, bool] | None:
+    """What the tier runs, for `plan --from-gateway` to keep an unmeasured toggle as it is;
+    None unless both flags are known (a half-known configuration is not one to keep)."""
+    if running.speculative is None or running.prefix_caching is None:
+        return None
+    return {"speculative": running.speculative, "prefix_caching": running.prefix_caching}
+
+
 def serving_endpoints(tier: TierBackend) -> int:
     """Replicas the tier's traffic is spread over: the healthy ones (all while none is)."""
     healthy = sum(1 for e in tier.endpoints if e.healthy)
@@ -652,6 +660,7 @@ class LiveObserver:
                     "kv_capacity_tokens": state.planner.settings.cost.kv_capacity_tokens.get(
                         state.tier.settings.precision
                     ),
+                    "current": _known_flags(state.running),
                 }
                 for name, state in self._states.items()
             },

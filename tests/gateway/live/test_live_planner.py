@@ -12,6 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from gateway.backends.tier import TierBackend
+from gateway.cli.plan_cmd import tier_regimes_from_gateway
 from gateway.config import Settings, parse_settings
 from gateway.live import upstream
 from gateway.live.observer import LiveObserver, RunningFlags, Sample, agreed_flags
@@ -23,7 +24,7 @@ from gateway.observer.regime import (
     RhoSummary,
     RSummary,
 )
-from gateway.planner.planner import Planner
+from gateway.planner.planner import Planner, TierConfig
 
 TIER = "bf16"
 
@@ -156,6 +157,23 @@ def test_a_reload_that_restarts_the_tier_is_what_runs(monkeypatch: pytest.Monkey
     assert applied["action"] == "hold" and "candidate" not in applied
     assert applied["drift"] == {"speculative": False, "prefix_caching": False}
     assert loop.gauge("tiergate_flag_drift", "speculative_decoding") == 0.0
+
+
+def test_regime_view_tells_plan_from_gateway_what_the_tier_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`/admin/regime` carries each tier's running flags, so `plan --from-gateway` plans
+    against them (its reasons say what keeping them would cost) as the live planner does."""
+    loop = Loop(monkeypatch)
+    loop.reload(["--speculative-config", '{"method": "ngram"}', "--enable-prefix-caching"])
+    loop.plan(0.5, 0.2)
+    view = loop.observer.regime_view()
+    assert view["tiers"][TIER]["current"] == {"speculative": True, "prefix_caching": True}
+    planned = tier_regimes_from_gateway(view)[TIER]
+    assert planned.regime is not None
+    assert planned.current == TierConfig("bf16", speculative=True, prefix_caching=True)
+    loop.reload(None)  # neither flag known (no vllm_args, nothing scraped): nothing to compare
+    assert loop.observer.regime_view()["tiers"][TIER]["current"] is None
 
 
 def test_the_flag_an_engine_shows_is_followed_while_the_other_is_unknown(
