@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from typing import Any
 
@@ -247,6 +248,27 @@ def test_a_body_too_large_to_walk_is_judged_by_the_byte_scan() -> None:
                 parse_request("completions", body, limits)
         else:
             assert parse_request("completions", body, limits)["extra"] == extra
+
+
+def test_the_parse_sets_off_no_garbage_collection() -> None:
+    """Each list a body holds counted towards a collection that walked the growing heap: a
+    million tiny lists held the event loop 0.4-0.9 s in orjson's parse, 0.1 s without them.
+    Parsed JSON holds no cycle for a collection to find."""
+    body = orjson.dumps({"model": "m", "prompt": "hi", "extra": [[]] * 300_000})
+    collections: list[int] = []
+
+    def count(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    gc.collect()
+    gc.callbacks.append(count)
+    try:
+        parse_request("completions", body, RequestLimits())
+    finally:
+        gc.callbacks.remove(count)
+    assert gc.isenabled()
+    assert len(collections) < 10, f"{len(collections)} collections during the parse"
 
 
 def _parts(kind: str, n: int) -> list[dict[str, Any]]:
