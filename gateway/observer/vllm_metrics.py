@@ -41,6 +41,11 @@ _COUNTERS: Final[dict[str, str]] = {
     "prompt_tokens": "vllm:prompt_tokens_total",
     "request_success": "vllm:request_success_total",
     "num_preemptions": "vllm:num_preemptions_total",
+    # Histograms of tokens per finished request: their sum and count move together at each
+    # finish, while prompt_tokens moves at prefill and generation_tokens at every step.
+    "finished_prompt_tokens": "vllm:request_prompt_tokens_sum",
+    "finished_output_tokens": "vllm:request_generation_tokens_sum",
+    "finished_requests": "vllm:request_prompt_tokens_count",
 }
 _CACHE_INFO: Final = "vllm:cache_config_info"
 
@@ -111,6 +116,9 @@ class VllmMetricsSnapshot:
     prompt_tokens: float | None = None
     request_success: float | None = None
     num_preemptions: float | None = None
+    finished_prompt_tokens: float | None = None
+    finished_output_tokens: float | None = None
+    finished_requests: float | None = None
     cache_config: CacheConfigInfo | None = None
     engines: int = 1  # data-parallel engines behind the endpoint (`engine` label values)
 
@@ -166,6 +174,9 @@ class CounterDeltas:
     prompt_tokens: float | None = None
     request_success: float | None = None
     num_preemptions: float | None = None
+    finished_prompt_tokens: float | None = None
+    finished_output_tokens: float | None = None
+    finished_requests: float | None = None
     # generation_tokens of the engines whose page carries spec-decode counters: a replica
     # that does not speculate (mid rolling restart) has no rounds to count, and its tokens
     # in the sum would read as rounds without a draft, pulling A_obs, and so r, down.
@@ -211,12 +222,20 @@ class CounterDeltas:
 
     @property
     def l_in(self) -> float | None:
+        """Mean prompt length per finished request: from vLLM's per-request histogram where
+        the page has it, else prompt tokens over finished requests, which a window edge
+        inside a running request skews (its prompt counted, its finish not yet)."""
+        if self.finished_requests and self.finished_prompt_tokens is not None:
+            return self.finished_prompt_tokens / self.finished_requests
         if not self.request_success or self.prompt_tokens is None:
             return None
         return self.prompt_tokens / self.request_success
 
     @property
     def l_out(self) -> float | None:
+        """Mean output length per finished request, as `l_in`."""
+        if self.finished_requests and self.finished_output_tokens is not None:
+            return self.finished_output_tokens / self.finished_requests
         if not self.request_success or self.generation_tokens is None:
             return None
         return self.generation_tokens / self.request_success

@@ -23,7 +23,7 @@ from gateway.observer.prefix_replay import PrefixCacheReplay
 from gateway.planner.costmodel import CostModel
 from gateway.precision import Precision
 from gateway.sim import tokenizer
-from gateway.sim.histogram import LatencyHistogram
+from gateway.sim.histogram import Histogram, one_two_five_bounds
 from gateway.sim.stops import spaced_texts
 
 
@@ -121,8 +121,12 @@ class EngineCounters:
     finished: dict[str, int] = field(default_factory=dict)
     steps: int = 0
     # Per sequence, as vLLM observes them per child request when n > 1.
-    ttft: LatencyHistogram = field(default_factory=LatencyHistogram)
-    e2e: LatencyHistogram = field(default_factory=LatencyHistogram)
+    ttft: Histogram = field(default_factory=Histogram)
+    e2e: Histogram = field(default_factory=Histogram)
+    # Per finished sequence, as vLLM observes them (request_prompt_tokens and
+    # request_generation_tokens); bounded to max_model_len by the engine.
+    prompt_lengths: Histogram = field(default_factory=Histogram)
+    output_lengths: Histogram = field(default_factory=Histogram)
 
 
 class Engine:
@@ -132,7 +136,10 @@ class Engine:
         self.config = config
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
-        self.counters = EngineCounters()
+        lengths = one_two_five_bounds(config.max_model_len)
+        self.counters = EngineCounters(
+            prompt_lengths=Histogram(lengths), output_lengths=Histogram(lengths)
+        )
         spec = config.speculation
         if spec is not None:
             self.counters.spec_accepted_per_pos = [0] * spec.num_speculative_tokens
@@ -301,6 +308,8 @@ class Engine:
         finished = self.counters.finished
         finished[seq.finish_reason] = finished.get(seq.finish_reason, 0) + 1
         self.counters.e2e.observe(max(0.0, now - seq.arrival))
+        self.counters.prompt_lengths.observe(len(seq.prompt_ids))
+        self.counters.output_lengths.observe(seq.emitted)
 
 
 __all__ = ["Engine", "EngineConfig", "EngineCounters", "Sequence", "SequenceGroup", "SpecConfig"]

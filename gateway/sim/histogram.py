@@ -1,4 +1,5 @@
-"""A latency histogram with vLLM's metric shape, counted in plain integers."""
+"""Histograms with vLLM's metric shape (latencies, and tokens per request), counted in plain
+integers."""
 
 from __future__ import annotations
 
@@ -11,27 +12,44 @@ from prometheus_client.core import HistogramMetricFamily
 BUCKETS: Final = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
+def one_two_five_bounds(largest: int) -> tuple[float, ...]:
+    """1, 2, 5, 10, 20, 50, ... up to `largest`: vLLM's buckets for tokens per request."""
+    bounds: list[float] = []
+    scale = 1
+    while True:
+        for step in (1, 2, 5):
+            if step * scale > largest:
+                return tuple(bounds)
+            bounds.append(float(step * scale))
+        scale *= 10
+
+
 @dataclass(slots=True)
-class LatencyHistogram:
-    counts: list[int] = field(default_factory=lambda: [0] * (len(BUCKETS) + 1))
+class Histogram:
+    bounds: tuple[float, ...] = BUCKETS
+    counts: list[int] = field(default_factory=list)
     total: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.counts:
+            self.counts = [0] * (len(self.bounds) + 1)
 
     @property
     def count(self) -> int:
         return sum(self.counts)
 
-    def observe(self, seconds: float) -> None:
-        self.counts[bisect.bisect_left(BUCKETS, seconds)] += 1
-        self.total += seconds
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.total += value
 
     def family(self, name: str, doc: str, labels: dict[str, str]) -> HistogramMetricFamily:
         family = HistogramMetricFamily(name, doc, labels=list(labels))
         cumulative, buckets = 0, []
-        for bound, count in zip((*map(str, BUCKETS), "+Inf"), self.counts, strict=True):
+        for bound, count in zip((*map(str, self.bounds), "+Inf"), self.counts, strict=True):
             cumulative += count
             buckets.append((bound, cumulative))
         family.add_metric(list(labels.values()), buckets, self.total)
         return family
 
 
-__all__ = ["BUCKETS", "LatencyHistogram"]
+__all__ = ["BUCKETS", "Histogram", "one_two_five_bounds"]

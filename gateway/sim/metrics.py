@@ -17,7 +17,7 @@ from prometheus_client.core import (
 )
 
 from gateway.sim.engine import Engine
-from gateway.sim.histogram import LatencyHistogram
+from gateway.sim.histogram import Histogram
 
 # vLLM's FinishReason values (v1/engine/__init__.py), each exported from the start, at 0.
 FINISHED_REASONS: Final = ("stop", "length", "abort", "error", "repetition")
@@ -105,6 +105,12 @@ class SimCollector:
         yield counters.ttft.family(
             "vllm:time_to_first_token_seconds", "Time to first token.", labels
         )
+        yield counters.prompt_lengths.family(
+            "vllm:request_prompt_tokens", "Prompt tokens per finished request.", labels
+        )
+        yield counters.output_lengths.family(
+            "vllm:request_generation_tokens", "Generated tokens per finished request.", labels
+        )
 
 
 def exposition(collector: SimCollector) -> bytes:
@@ -113,4 +119,4 @@ def exposition(collector: SimCollector) -> bytes:
     return bytes(generate_latest(registry))
 
 
-__all__ = ["FINISHED_REASONS", "LatencyHistogram", "SimCollector", "exposition"]
+__all__ = ["FINISHED_REASONS", "Histogram", "SimCollector", "exposition"]

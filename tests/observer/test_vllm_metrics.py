@@ -202,3 +202,41 @@ def test_a_replica_that_does_not_speculate_leaves_a_obs_alone() -> None:
     assert tier.coverage == pytest.approx(400 / 500)
     assert tier.generation_tokens == 2000  # L_out still counts every replica
     assert plain.tokens_per_round is None
+
+
+def test_lengths_come_from_the_per_request_histograms() -> None:
+    """vLLM counts prompt tokens at prefill and requests at their finish, so a window edge
+    inside a running request skews the counters' ratio; its histograms of tokens per
+    finished request move only at a finish. Here two requests of 300 prompt tokens finished
+    in the window and a third of 3,000 was admitted but not finished: L_in is 300, where the
+    counters said 3,600 / 2 = 1,800."""
+
+    def page(prompt: float, finished: int, finished_prompt: float, output: float) -> str:
+        reg = CollectorRegistry()
+        Counter("vllm:prompt_tokens", "", LABELS, registry=reg).labels("qwen", "0").inc(prompt)
+        Counter("vllm:generation_tokens", "", LABELS, registry=reg).labels("qwen", "0").inc(
+            output + 40
+        )
+        success = Counter("vllm:request_success", "", [*LABELS, "finished_reason"], registry=reg)
+        success.labels("qwen", "0", "stop").inc(finished)
+        # Exported from the start, at 0, as vLLM does.
+        prompts = Histogram("vllm:request_prompt_tokens", "", LABELS, registry=reg)
+        outputs = Histogram("vllm:request_generation_tokens", "", LABELS, registry=reg)
+        for _ in range(finished):
+            prompts.labels("qwen", "0").observe(finished_prompt)
+            outputs.labels("qwen", "0").observe(output / finished)
+        prompts.labels("qwen", "0")
+        outputs.labels("qwen", "0")
+        return generate_latest(reg).decode()
+
+    before = parse_vllm_metrics(page(0, 0, 0, 0))
+    after = parse_vllm_metrics(page(3600, 2, 300, 100))
+    window = counter_deltas(before, after)
+    assert window.l_in == pytest.approx(300) and window.l_out == pytest.approx(50)
+    assert window.prompt_tokens == 3600 and window.request_success == 2
+    # A page without the histograms (another server) falls back to the counters.
+    legacy = counter_deltas(
+        VllmMetricsSnapshot(prompt_tokens=0, request_success=0, generation_tokens=0),
+        VllmMetricsSnapshot(prompt_tokens=3600, request_success=2, generation_tokens=140),
+    )
+    assert legacy.l_in == pytest.approx(1800) and legacy.l_out == pytest.approx(70)

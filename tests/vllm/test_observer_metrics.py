@@ -37,7 +37,8 @@ from tests.vllm.support import (
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
-# The raw counter behind each CounterDeltas field (request_success sums every reason).
+# The raw counter behind each CounterDeltas field (request_success sums every reason; the
+# finished_* fields are vLLM's histograms of tokens per finished request).
 RAW = {
     "prefix_cache_queries": "vllm:prefix_cache_queries_total",
     "prefix_cache_hits": "vllm:prefix_cache_hits_total",
@@ -48,13 +49,19 @@ RAW = {
     "prompt_tokens": "vllm:prompt_tokens_total",
     "request_success": "vllm:request_success_total",
     "num_preemptions": "vllm:num_preemptions_total",
+    "finished_prompt_tokens": "vllm:request_prompt_tokens_sum",
+    "finished_output_tokens": "vllm:request_generation_tokens_sum",
+    "finished_requests": "vllm:request_prompt_tokens_count",
 }
 
 
 def raw_deltas(before: EngineScrape, after: EngineScrape) -> dict[str, float | None]:
-    return {
+    deltas = {
         attr: after.delta(before, name) if after.has(name) else None for attr, name in RAW.items()
     }
+    # The speculating engine's generated tokens, for A_obs (None where it does not speculate).
+    speculates = deltas["spec_decode_num_drafts"] is not None
+    return deltas | {"spec_generation_tokens": deltas["generation_tokens"] if speculates else None}
 
 
 def expected_view(d: CounterDeltas) -> dict[str, float | None]:

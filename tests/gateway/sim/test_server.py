@@ -461,6 +461,33 @@ def test_request_success_has_vllms_reasons_and_counts_each_choice() -> None:
     run(check)
 
 
+def test_tokens_per_finished_request_are_histograms_as_vllms() -> None:
+    """request_prompt_tokens and request_generation_tokens: observed once per finished
+    choice, with its prompt and its output length, on vLLM's 1-2-5 buckets."""
+
+    async def check(server: SimServer) -> None:
+        labels = '{engine="0",model_name="sim-test"}'
+        prompt = "count the ledger entries again"
+        reply = await call(
+            server,
+            "POST",
+            COMPLETIONS,
+            completion(prompt=prompt, n=2, max_tokens=7, ignore_eos=True),
+        )
+        usage = reply.json()["usage"]
+        assert metric(server, f"vllm:request_prompt_tokens_count{labels}") == 2
+        assert (
+            metric(server, f"vllm:request_prompt_tokens_sum{labels}") == 2 * usage["prompt_tokens"]
+        )
+        assert metric(server, f"vllm:request_generation_tokens_sum{labels}") == 14
+        assert usage["completion_tokens"] == 14
+        bucket = 'vllm:request_generation_tokens_bucket{engine="0",le="10.0",model_name="sim-test"}'
+        assert metric(server, bucket) == 2
+        assert metric(server, bucket.replace('le="10.0"', 'le="5.0"')) == 0
+
+    run(check)
+
+
 def test_a_dropped_stream_is_not_counted_as_finished() -> None:
     async def check(server: SimServer) -> None:
         server.faults = server.faults.model_copy(
