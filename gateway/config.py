@@ -186,6 +186,9 @@ class TenantSettings(Section):
     # tier (None: the gateway-wide rate), and whether its label lines may keep raw text.
     shadow_rate: Probability | None = None
     shadow_keep_text: bool | None = None
+    # The tenant's own prefix-cache namespace at the engines (vLLM's cache_salt), so that
+    # no other tenant can reuse its cached prompts and read their presence from its timing.
+    isolate_prefix_cache: bool = True
 
     @model_validator(mode="after")
     def _thresholds_or_alpha(self) -> Self:

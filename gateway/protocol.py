@@ -16,6 +16,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError
 
 from gateway.errors import InvalidRequestError, PayloadTooLargeError
+from gateway.tenants.cache_salt import client_salt
 
 EndpointKind = Literal["chat", "completions", "responses"]
 
@@ -221,6 +222,7 @@ def parse_request(
     _check_depth(body, data, limits.max_json_depth)
     if kind == "responses":
         _refuse_stateful(data)
+    client_salt(data.get("cache_salt"))  # the gateway hashes it: the engine never sees it
     if _plainly_valid(kind, data):
         return data  # string prompts and contents: no list to bound
     _check_list_sizes(kind, data, limits)  # before pydantic's per-element work

@@ -89,6 +89,9 @@ class CompletedExchange:
     # The router model that scored it (its weights' checksum; None: not known). `score` is
     # that model's, meaningless to another one a reload may have swapped in.
     router_model: str | None = None
+    # The prefix-cache namespace it was served under (vLLM's cache_salt; None: shared): the
+    # replay and the shadow's replays use the same one.
+    cache_salt: str | None = None
 
     @property
     def size(self) -> int:

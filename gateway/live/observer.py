@@ -70,6 +70,7 @@ class Sample:
     at: float
     rate: float = 1.0  # the sampling rate it was taken at (scales the LRU replay)
     kind: EndpointKind = "chat"  # the endpoint it came to: which field the engine read
+    cache_salt: str | None = None  # its prefix-cache namespace at the engine (None: shared)
 
 
 @dataclass(slots=True)
@@ -414,6 +415,7 @@ class LiveObserver:
             # share of it.
             self.effective_rate / self.workers,
             exchange.kind,
+            exchange.cache_salt,
         )
         if not self._queue.offer(sample, exchange.size, self.observer.queue_size):
             self.dropped += 1
@@ -487,10 +489,22 @@ class LiveObserver:
         if not prompt_ids:
             return
         tracker = state.tracker
-        tracker.prompt_sampled(sample.tier, sample.tenant, sample.at, prompt_ids, sample.rate)
+        tracker.prompt_sampled(
+            sample.tier,
+            sample.tenant,
+            sample.at,
+            prompt_ids,
+            sample.rate,
+            cache_salt=sample.cache_salt,
+        )
         if completion_ids:
             tracker.completion_sampled(
-                sample.tier, sample.tenant, sample.at, prompt_ids, completion_ids
+                sample.tier,
+                sample.tenant,
+                sample.at,
+                prompt_ids,
+                completion_ids,
+                cache_salt=sample.cache_salt,
             )
         self.processed += 1
 

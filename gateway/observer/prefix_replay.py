@@ -31,6 +31,7 @@ __all__ = [
     "block_hashes",
     "estimate_rho",
     "estimate_rho_hash_ids",
+    "salt_key",
 ]
 
 NONE_HASH: Final = 0x7F1E_26A7_E000_0001  # root parent of every chain
@@ -49,6 +50,11 @@ def block_hashes(
         parent = hash((parent, tuple(token_ids[start : start + block_size])))
         out.append(parent)
     return out
+
+
+def salt_key(cache_salt: str | None) -> int | None:
+    """The `extra_key` of a request's vLLM `cache_salt` (None: the shared namespace)."""
+    return None if cache_salt is None else hash(("cache_salt", cache_salt))
 
 
 class _LruBlocks:

@@ -31,7 +31,7 @@ from typing import Any, Final
 
 from gateway.observer.acceptance import inverse_accepted_per_round
 from gateway.observer.ngram_replay import NgramCounts, replay_pair
-from gateway.observer.prefix_replay import PrefixCacheReplay
+from gateway.observer.prefix_replay import PrefixCacheReplay, salt_key
 from gateway.observer.sampling_key import scaled_capacity
 from gateway.observer.vllm_metrics import CounterDeltas, VllmMetricsSnapshot, counter_deltas
 
@@ -350,16 +350,21 @@ class RegimeTracker:
         now: float,
         prompt_ids: Sequence[int],
         sample_rate: float = 1.0,
+        *,
+        cache_salt: str | None = None,
     ) -> None:
         """A sampled prompt (token ids as the engine sees them, chat template included),
         taken at `sample_rate` by a hash of its conversation: the LRU replay is bounded by
         that share of the engine's cache. When the rate changes, the bound follows it (a
-        lower one evicts at once; a higher one fills as the newly sampled traffic comes)."""
+        lower one evicts at once; a higher one fills as the newly sampled traffic comes).
+        `cache_salt` is the namespace it was served in: its blocks hit only that one's, as
+        at the engine (c.1)."""
         state = self._tier(tier)
         if sample_rate != state.sample_rate:
             state.set_capacity(state.capacity_blocks, sample_rate)
-        hit_unbounded = state.unbounded.lookup_and_insert(prompt_ids)
-        hit_lru = state.lru.lookup_and_insert(prompt_ids)
+        salt = salt_key(cache_salt)
+        hit_unbounded = state.unbounded.lookup_and_insert(prompt_ids, salt)
+        hit_lru = state.lru.lookup_and_insert(prompt_ids, salt)
         for series in self._both(tier, tenant):
             b = series.bucket(now)
             b.prompts += 1
@@ -374,12 +379,15 @@ class RegimeTracker:
         now: float,
         prompt_ids: Sequence[int],
         completion_ids: Sequence[int],
+        *,
+        cache_salt: str | None = None,
     ) -> None:
         """A sampled (prompt, completion) pair; replayed at once (O(len) work). The answer's
         blocks enter the prefix-cache replays, as the engine caches them."""
         state = self._tier(tier)
-        state.unbounded.cache_generated(prompt_ids, completion_ids)
-        state.lru.cache_generated(prompt_ids, completion_ids)
+        salt = salt_key(cache_salt)
+        state.unbounded.cache_generated(prompt_ids, completion_ids, salt)
+        state.lru.cache_generated(prompt_ids, completion_ids, salt)
         cfg = self.config
         counts = replay_pair(
             prompt_ids, completion_ids, cfg.min_n, cfg.max_n, cfg.num_speculative_tokens

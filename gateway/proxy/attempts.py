@@ -189,7 +189,10 @@ class Attempter:
         response and its whole body, or None for a stream to relay; classifies every
         failure."""
         remaining = self.timeouts.total_s - (asked - exchange.started)
-        payload = orjson.dumps({**exchange.upstream_request, "model": served})
+        upstream = {**exchange.upstream_request, "model": served}
+        if exchange.cache_salt is not None:
+            upstream["cache_salt"] = exchange.cache_salt
+        payload = orjson.dumps(upstream)
         path = endpoint.paths[exchange.kind]
         response: UpstreamResponse | None = None
         sent_from = len(current)  # the pool adds the response once the request is sent

@@ -81,6 +81,7 @@ class Exchange:
     started: float
     record: RequestRecord
     upstream_request: dict[str, Any] = field(default_factory=dict)
+    cache_salt: str | None = None  # the engines' prefix-cache namespace (tenants.cache_salt)
     strip_usage: bool = False  # the gateway, not the client, asked upstream for usage
     waited: float = 0.0  # seconds spent waiting on the upstream
     tier_name: str = ""

@@ -34,6 +34,7 @@ from gateway.proxy.events import ExchangeListener
 from gateway.proxy.relay import Exchange
 from gateway.routing.policy import Decision, RoutingPolicy
 from gateway.stats import CompletedExchange, RequestRecord
+from gateway.tenants.cache_salt import upstream_cache_salt
 from gateway.tenants.registry import Tenant
 
 PIN_SEPARATOR: Final = "@"
@@ -227,6 +228,9 @@ class ProxyService:
         record.probability = decision.probability
         record.reason = decision.reason
         exchange = Exchange(kind, request, decision, channel, started, record)
+        exchange.cache_salt = upstream_cache_salt(
+            tenant.name, tenant.settings.isolate_prefix_cache, request.get("cache_salt")
+        )
         if record.stream and kind != "responses":  # a Responses stream always ends in usage
             options = request.get("stream_options") or {}
             if not options.get("include_usage"):
@@ -270,6 +274,7 @@ class ProxyService:
                 ladder=record.ladder.names,
                 request_bytes=record.request_bytes,
                 router_model=router_model,
+                cache_salt=exchange.cache_salt,
             )
             for listener in wanted:
                 listener.exchange_done(done)

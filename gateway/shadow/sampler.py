@@ -396,6 +396,8 @@ class ShadowSampler:
         model = served_name(target, endpoint)
         request = {**exchange.request, "model": model, "stream": False}
         request.pop("stream_options", None)
+        if exchange.cache_salt is not None:  # the tenant's namespace, as its own requests
+            request["cache_salt"] = exchange.cache_salt
         path = endpoint.paths[exchange.kind]
         self.inflight += 1
         endpoint.inflight += 1

@@ -19,7 +19,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from gateway.observer.ngram_replay import NgramProposer
-from gateway.observer.prefix_replay import PrefixCacheReplay
+from gateway.observer.prefix_replay import PrefixCacheReplay, salt_key
 from gateway.planner.costmodel import CostModel
 from gateway.precision import Precision
 from gateway.sim import tokenizer
@@ -70,6 +70,7 @@ class Sequence:
     emitted: int = 0
     taken: int = 0
     cached_tokens: int = 0
+    cache_salt: str | None = None  # its prefix-cache namespace (vLLM's cache_salt)
     done: bool = False
     aborted: bool = False
     arrival: float = 0.0
@@ -240,7 +241,9 @@ class Engine:
             tokens = len(seq.prompt_ids)
             cached = 0
             if self.prefix_cache is not None:
-                cached = self.prefix_cache.lookup_and_insert(seq.prompt_ids)
+                cached = self.prefix_cache.lookup_and_insert(
+                    seq.prompt_ids, salt_key(seq.cache_salt)
+                )
                 self.counters.prefix_queries += tokens
                 self.counters.prefix_hits += cached
             seq.cached_tokens = cached
@@ -273,7 +276,9 @@ class Engine:
             if seq.emitted >= len(seq.answer):
                 seq.done = True
                 if self.prefix_cache is not None:  # vLLM caches the answer's full blocks too
-                    self.prefix_cache.cache_generated(seq.prompt_ids, seq.answer_ids)
+                    self.prefix_cache.cache_generated(
+                        seq.prompt_ids, seq.answer_ids, salt_key(seq.cache_salt)
+                    )
                 self._count_finished(seq, now)
             else:
                 still_running.append(seq)

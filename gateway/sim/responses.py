@@ -41,6 +41,7 @@ def as_chat_request(request: dict[str, Any]) -> dict[str, Any]:
         ("temperature", "temperature"),
         ("top_p", "top_p"),
         ("stream", "stream"),
+        ("cache_salt", "cache_salt"),
     ):
         if request.get(source) is not None:
             chat[target] = request[source]

@@ -21,7 +21,7 @@ from typing import Any, Final
 import orjson
 from pydantic import TypeAdapter, ValidationError
 
-from gateway.errors import TiergateError
+from gateway.errors import InvalidRequestError, TiergateError
 from gateway.protocol import (
     ChatMessage,
     EndpointKind,
@@ -50,6 +50,7 @@ from gateway.sim.tools import (
     plan_call,
     reported_finish_reason,
 )
+from gateway.tenants.cache_salt import client_salt
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -360,6 +361,9 @@ class SimServer:
                     sequence, call = _call_answer(plan, prompt_ids, limit, request)
                     sequences.append(sequence)
                     tool_calls.append(call)
+        salt = _cache_salt(request)
+        for sequence in sequences:
+            sequence.cache_salt = salt
         options = request.get("stream_options") or {}
         include_usage = bool(options.get("include_usage"))
         return Prepared(
@@ -734,6 +738,14 @@ def _call_answer(
         texts=cut.texts,
     )
     return sequence, call
+
+
+def _cache_salt(request: dict[str, Any]) -> str | None:
+    """The request's prefix-cache namespace, refused as vLLM refuses a malformed one."""
+    try:
+        return client_salt(request.get("cache_salt"))
+    except InvalidRequestError as exc:
+        raise SimError(400, exc.message, param="cache_salt") from None
 
 
 def _stop_strings(request: dict[str, Any]) -> list[str]:

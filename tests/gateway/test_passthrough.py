@@ -104,7 +104,8 @@ def test_every_request_field_passes_untouched(
     assert status == 200
     path, _ = top.received[-1]
     assert path == "/v1/chat/completions"
-    assert top.last_json() == {**EVERY_FIELD, "model": "served/top"}
+    # Only the model and the tenant's prefix-cache namespace (tenants.cache_salt) change.
+    assert top.last_json() == {**EVERY_FIELD, "model": "served/top", "cache_salt": "t"}
 
 
 def test_response_bytes_relayed_with_only_the_model_rewritten(
@@ -350,6 +351,7 @@ def test_completions_endpoint_forwards_to_completions(
         "prompt": ["a", "b"],
         "echo": True,
         "best_of": 2,
+        "cache_salt": "t",
     }
 
 
@@ -586,7 +588,7 @@ def test_a_responses_request_reaches_the_engine_with_store_off(
     assert reply.status == 200
     path, _ = top.received[-1]
     assert path == "/v1/responses"
-    assert top.last_json() == {**asked, "model": "served/top", "store": False}
+    assert top.last_json() == {**asked, "model": "served/top", "store": False, "cache_salt": "t"}
 
 
 def test_a_client_that_stops_reading_its_stream_holds_no_slot_past_total_s(

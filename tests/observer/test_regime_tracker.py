@@ -180,6 +180,22 @@ def test_a_conversations_next_turn_hits_the_previous_answer() -> None:
     assert rho.unbounded == pytest.approx((0 + 48) / (32 + 68))
 
 
+def test_prompts_in_other_cache_namespaces_do_not_hit_each_other() -> None:
+    """As vLLM keys blocks by cache_salt (COST_MODEL.md c.1), so does the replay: tenant a's
+    prompt, then b's identical one in its own namespace, hit nothing; a's again hits, and
+    so does its answer's block, cached in a's namespace."""
+    tr = RegimeTracker(TrackerConfig(window_s=1000, bucket_s=10))
+    prompt = list(range(100, 132))  # 2 blocks of 16
+    answer = list(range(200, 217))  # completes a third block
+    tr.prompt_sampled("t", "a", 0.0, prompt, cache_salt="a")
+    tr.completion_sampled("t", "a", 0.5, prompt, answer, cache_salt="a")
+    tr.prompt_sampled("t", "b", 1.0, prompt, cache_salt="b")
+    tr.prompt_sampled("t", "c", 1.5, [*prompt, *answer])  # the shared namespace
+    assert tr.report("t", 2.0).rho.unbounded == 0.0
+    tr.prompt_sampled("t", "a", 2.5, [*prompt, *answer, 1])
+    assert tr.report("t", 3.0, tenant="a").rho.unbounded == pytest.approx(48 / (32 + 50))
+
+
 def test_r_from_replay_and_engine() -> None:
     rng = random.Random(2)
     pairs = []

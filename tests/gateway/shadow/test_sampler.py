@@ -318,3 +318,59 @@ def test_a_replay_picked_from_a_tier_a_reload_replaced_names_the_engines_new_mod
         assert engine.stats()["requests"] == 1
     finally:
         engine.stop()
+
+
+def test_a_replay_runs_in_its_tenants_prefix_cache_namespace() -> None:
+    """The replay reaches the engine in the namespace the tenant's request was served in
+    (tenants.cache_salt), never in the client's raw salt nor the shared one."""
+    import asyncio
+
+    from prometheus_client import CollectorRegistry
+
+    from gateway.backends.tier import build_tiers
+    from gateway.config import parse_settings
+    from gateway.metrics import GatewayMetrics
+    from gateway.shadow.sampler import ShadowSampler
+    from gateway.stats import CompletedExchange
+    from tests.fakes import FakeUpstream, Reply
+
+    with FakeUpstream() as engine:
+        engine.reply = Reply(body=b'{"id":"x","choices":[{"message":{"content":"ok"}}]}')
+        settings = parse_settings(
+            {
+                "model": MODEL,
+                "tiers": [
+                    {"name": "nvfp4", "precision": "nvfp4", "endpoints": ["http://127.0.0.1:9/v1"]},
+                    {"name": "bf16", "precision": "bf16", "endpoints": [engine.url]},
+                ],
+                "tenants": [{"name": "default", "api_keys": [API_KEY]}],
+                "shadow": {"rate": 1.0},
+            }
+        )
+        tiers = build_tiers(settings)
+        for tier in tiers:
+            tier.adopt_endpoints()
+        sampler = ShadowSampler(settings, GatewayMetrics(CollectorRegistry()), lambda: tiers)
+        request = {"messages": [{"role": "user", "content": "hi"}], "cache_salt": "mine"}
+        exchange = CompletedExchange(
+            "default",
+            "chat",
+            "nvfp4",
+            0,
+            request,
+            b"",
+            None,
+            None,
+            "router",
+            cache_salt="default:0123",
+        )
+
+        async def replay() -> str | None:
+            try:
+                return await sampler._replay(tiers[1], exchange)
+            finally:
+                for tier in tiers:
+                    tier.close()
+
+        assert asyncio.run(replay())
+        assert engine.last_json()["cache_salt"] == "default:0123"
