@@ -162,7 +162,7 @@ def tune(
             floor=floor,
             budget=budget,
             feasible=feasible,
-            message="no routed policy fits",
+            message=_over_budget_message(budget, baseline),
         )
     cost, quality = float(front.cost[pick]), float(front.quality[pick])
     bound = float(lower[pick])
@@ -286,6 +286,15 @@ def _best_uniform_within(
     if not fitting:
         return points[0], False
     return max(fitting, key=lambda pt: (pt.quality, -pt.cost)), True
+
+
+def _over_budget_message(budget: float | None, cheapest: UniformPoint) -> str:
+    """Why nothing fits: only a budget below every tier's cost leaves no policy to pick, and
+    the tier returned then costs more than the budget, which the message must say."""
+    return (
+        f"no policy fits the budget {budget}: the cheapest tier costs {cheapest.cost:.4f}; "
+        f"returning thresholds that send everything to tier {cheapest.tier}, over the budget"
+    )
 
 
 def _fallback(

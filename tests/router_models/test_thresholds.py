@@ -156,6 +156,18 @@ def test_budget_maximises_quality_within_it() -> None:
     assert result.expected_quality > correct[:, 0].mean() + 0.05
 
 
+def test_a_budget_below_every_tier_says_the_answer_is_over_it() -> None:
+    """Nothing costs 0.1 here: the cheapest tier comes back, and the message says it is over
+    the budget (it used to say only "no routed policy fits")."""
+    proba, correct, _ = two_types(2_000, 0.7, 0.02, 0.5)
+    for alpha in (None, 0.9):
+        result = tune(proba, correct, COSTS, alpha=alpha, budget=0.1)
+        assert not result.routing_pays and not result.feasible
+        assert result.expected_cost == 0.25 and result.thresholds == (0.0,)
+        assert "budget 0.1" in result.message and "cheapest tier costs 0.2500" in result.message
+        assert "over the budget" in result.message
+
+
 def test_a_floor_out_of_reach_within_the_budget_leaves_the_budgets_best() -> None:
     """The floor (99% of the top tier) cannot be met for 0.5; the answer is then what the
     budget alone gives, not the cheap tier: a floor asked for must not make things worse."""
