@@ -360,6 +360,8 @@ def tune(
 
         if alpha is None and budget is None:
             _fail("give --alpha, --budget or both")
+        if absolute_alpha and alpha is None:  # it would be dropped without a word
+            _fail("--absolute-alpha would be ignored here: it says how to read --alpha; give both")
         if budget is not None and not 0.0 < budget < math.inf:
             _fail(f"--budget is a mean relative cost per request, > 0; got {budget}")
         if not 0.0 <= min_saving < 1.0:  # a negative one would accept a costlier policy

@@ -435,6 +435,8 @@ def test_train_on_shadow_log_lines(data_file: Path, tmp_path: Path) -> None:
         (["--alpha", "0.9", "--min-saving", "nan"], "--min-saving"),
         (["--alpha", "nan"], "--alpha"),
         (["--alpha", "1.5"], "--alpha"),
+        # Without --alpha it has nothing to read: a floor the user meant was silently dropped.
+        (["--budget", "0.5", "--absolute-alpha"], "--absolute-alpha would be ignored"),
     ],
 )
 def test_tune_refuses_bad_budgets_and_costs(
