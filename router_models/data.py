@@ -134,7 +134,7 @@ def _rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         raise LabelDataError(name, "is a directory, not a label file")
     if not path.exists():  # a pipe (`<(zcat ...)`) or a device is read like a file
         raise LabelDataError(name, "no such file")
-    opener = gzip.open if path.name.endswith(".gz") else open
+    opener = gzip.open if _gzipped(path) else open
     line_no = 0
     try:
         # Bytes, decoded one line at a time: a text stream decodes ahead in 8 KB chunks, so a
@@ -157,6 +157,25 @@ def _rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         raise LabelDataError(name, f"not UTF-8 text ({exc.reason})", line_no) from None
     except (OSError, EOFError, zlib.error) as exc:
         raise LabelDataError(name, f"cannot read: {exc}", line_no + 1) from None
+
+
+# Every gzip stream starts with these two bytes (RFC 1952).
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _gzipped(path: Path) -> bool:
+    """By name (any case: `.GZ` too), else by the magic bytes of a regular file: a gzip file
+    named `.jsonl` was reported as "not UTF-8 text" on line 1. A pipe is never sniffed, as
+    the bytes read to look would be lost to the reader."""
+    if path.name.lower().endswith(".gz"):
+        return True
+    if not path.is_file():
+        return False
+    try:
+        with path.open("rb") as handle:
+            return handle.read(2) == _GZIP_MAGIC
+    except OSError:
+        return False  # the read that follows reports it, with the file's name
 
 
 def _ladder_from_row(name: str, line_no: int, row: Mapping[str, Any]) -> tuple[str, ...]:

@@ -33,6 +33,15 @@ def test_reads_plain_and_gzip(tmp_path: Path) -> None:
     assert "correct" not in labels.requests[0] and "messages" in labels.requests[0]
 
 
+@pytest.mark.parametrize("name", ["upper.JSONL.GZ", "packed.jsonl"])
+def test_gzip_is_read_whatever_the_name_says(tmp_path: Path, name: str) -> None:
+    """A gzip file named `.GZ` or `.jsonl` was read as text: "not UTF-8 text" on line 1."""
+    packed = tmp_path / name
+    with gzip.open(packed, "wt") as handle:
+        handle.write(json.dumps(GOOD) + "\n")
+    assert len(load_labels([packed], ["x", "y"])) == 1
+
+
 def test_ladder_defaults_to_the_first_rows_order(tmp_path: Path) -> None:
     assert load_labels([write(tmp_path / "a.jsonl", [json.dumps(GOOD)])]).tiers == ("x", "y")
 
