@@ -159,6 +159,9 @@ def _rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         raise LabelDataError(name, f"cannot read: {exc}", line_no + 1) from None
 
 
+# How JSON names what `json.loads` turned into these types.
+_JSON_KINDS = {list: "array", str: "string", bool: "boolean", int: "number", float: "number"}
+
 # Every gzip stream starts with these two bytes (RFC 1952).
 _GZIP_MAGIC = b"\x1f\x8b"
 
@@ -210,8 +213,13 @@ def _parse_row(
     name: str, line_no: int, row: Mapping[str, Any], ladder: Sequence[str]
 ) -> tuple[Mapping[str, Any], list[float]]:
     correct = row.get("correct")
-    if not isinstance(correct, dict):
+    if correct is None:
         raise LabelDataError(name, "missing 'correct' object", line_no)
+    if not isinstance(correct, dict):  # a list of scores says nothing of which tier is which
+        kind = _JSON_KINDS.get(type(correct), "value")
+        raise LabelDataError(
+            name, f"'correct' must be an object of tier: score, got a JSON {kind}", line_no
+        )
     missing = [t for t in ladder if t not in correct]
     if missing:
         have = ", ".join(map(str, correct)) or "none"

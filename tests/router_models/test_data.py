@@ -70,6 +70,8 @@ def test_ladder_defaults_to_the_first_rows_order(tmp_path: Path) -> None:
             2,
             "missing 'correct'",
         ),
+        # Present but not an object: it was reported as missing.
+        ([json.dumps(GOOD), json.dumps({**GOOD, "correct": [1, 0]})], 2, "got a JSON array"),
     ],
 )
 def test_malformed_rows_name_file_and_line(
