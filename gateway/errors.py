@@ -106,9 +106,15 @@ class PermissionDeniedError(TiergateError):
     default_code = "permission_denied"
 
 
+# The longest wait a refusal names. A limit the configuration allows (requests_per_second:
+# 1e-307) makes a wait whose milliseconds overflow to infinity, which no header can carry.
+MAX_RETRY_AFTER_S: Final = 365 * 24 * 3600.0
+
+
 def _retry_after(seconds: float | None) -> list[tuple[bytes, bytes]]:
     if seconds is None:
         return []
+    seconds = min(seconds, MAX_RETRY_AFTER_S)
     # Retry-After takes whole seconds, rounded up so clients never retry too early. The
     # OpenAI SDKs read retry-after-ms first: with it they wait 0.2 s, not 1 s, for a slot of
     # a 5-per-second limit.

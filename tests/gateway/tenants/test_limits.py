@@ -37,6 +37,17 @@ def test_requests_per_second_limit() -> None:
     assert caught.value.headers() == [(b"retry-after", b"1"), (b"retry-after-ms", b"500")]
 
 
+def test_a_rate_the_config_allows_however_small_gives_headers_not_a_500() -> None:
+    """requests_per_second: 1e-307 passes validation (> 0); its wait in milliseconds
+    overflowed to infinity and every refusal of the tenant was a 500 with a traceback."""
+    limiter = TenantLimiter(TenantLimits(requests_per_second=1e-307, burst=1), Clock())
+    limiter.admit(10)
+    with pytest.raises(RateLimitError) as caught:
+        limiter.admit(10)
+    year = str(365 * 24 * 3600).encode()
+    assert caught.value.headers() == [(b"retry-after", year), (b"retry-after-ms", year + b"000")]
+
+
 def test_tokens_per_minute_charge_is_corrected_by_usage() -> None:
     clock = Clock()
     limiter = TenantLimiter(TenantLimits(tokens_per_minute=1000), clock)
