@@ -621,7 +621,10 @@ def check_settings(
     if settings.shadow.label_log is not None:
         # What every worker's sampler will open, checked without creating it (`check` must
         # leave no file behind).
-        check_label_log_path(Path(settings.shadow.label_log))
+        try:
+            check_label_log_path(Path(settings.shadow.label_log))
+        except OSError as exc:  # in the words of a refused start or reload
+            raise ConfigError(f"shadow.label_log: {exc}") from None
 
 
 def create_app_from_env(host: str | None = None, port: int | None = None) -> Gateway:

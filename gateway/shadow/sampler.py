@@ -25,14 +25,14 @@ import orjson
 
 from gateway.backends.h1client import UpstreamFailure
 from gateway.backends.tier import TierBackend, served_name
-from gateway.config import Settings
+from gateway.config import ConfigError, Settings
 from gateway.metrics import GatewayMetrics
 from gateway.observer.completions import completion_texts
 from gateway.protocol import EndpointKind
 from gateway.proxy.rewrite import usage_counts
 from gateway.sample_queue import SampleQueue
 from gateway.shadow.judges import decides_stochastic, judge
-from gateway.shadow.labels import LabelLog
+from gateway.shadow.labels import LabelLog, check_label_log_path
 from gateway.shadow.monitor import CalibrationMonitor, Label
 from gateway.stats import CompletedExchange
 from gateway.tenants.registry import allowed_tier_indices
@@ -159,14 +159,19 @@ class ShadowSampler:
 
     def label_log_for(self, settings: Settings) -> LabelLog | None:
         """The label log `settings` ask for: the open one when the path is unchanged, else a
-        new one. Raises OSError when it cannot be written, so a reload can still refuse."""
+        new one. Raises ConfigError when it cannot be written, so a reload can still refuse."""
         shadow = settings.shadow
         path = shadow.label_log
         if path is None:
             return None
         if self._log is not None and self._log.path == path:
             return self._log
-        return LabelLog(path, shadow.label_log_max_bytes, shadow.label_log_backups)
+        try:
+            check_label_log_path(path)  # the reasons `tiergate check` gives, in its words
+            return LabelLog(path, shadow.label_log_max_bytes, shadow.label_log_backups)
+        except OSError as exc:
+            # Named, or the refusal read "[Errno 17] File exists: '/etc/x'" with no field.
+            raise ConfigError(f"shadow.label_log: {exc}") from None
 
     def configure(self, settings: Settings, label_log: LabelLog | None) -> None:
         """Applies `settings` with the log `label_log_for` prepared; never raises."""

@@ -138,7 +138,7 @@ def test_check_settings_sees_an_unwritable_label_log(tmp_path: Path) -> None:
     (tmp_path / "a-file").write_text("")
     label_log = str(tmp_path / "a-file" / "labels.jsonl")  # its directory cannot exist
     settings = _settings(9001, shadow={"rate": 0.1, "label_log": label_log})
-    with pytest.raises(OSError):
+    with pytest.raises(ConfigError, match=r"shadow\.label_log: .*a-file is not a directory"):
         check_settings(settings, build_policy)
 
 

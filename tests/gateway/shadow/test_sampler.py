@@ -179,7 +179,7 @@ def test_a_reload_with_an_unwritable_label_log_changes_nothing(
 ) -> None:
     """The label log is the last thing a configuration can fail on: a reload that asks for
     one where none can be written is refused whole (keys, rates and log stay as they were)."""
-    from gateway.config import parse_settings
+    from gateway.config import ConfigError, parse_settings
 
     log = tmp_path / "labels.jsonl"
     data = ladder.settings(shadow={"rate": 0.5, "label_log": str(log)}).model_dump(mode="json")
@@ -191,7 +191,9 @@ def test_a_reload_with_an_unwritable_label_log_changes_nothing(
         changed = json.loads(json.dumps(data))
         changed["tenants"][0]["api_keys"] = ["sk-other"]
         changed["shadow"] = {"rate": 1.0, "label_log": str(blocker / "labels.jsonl")}
-        with pytest.raises(OSError):
+        # Named as `tiergate check` names it, not as "[Errno 17] File exists: '.../a-file'".
+        refused = r"shadow\.label_log: label log .*a-file is not a directory"
+        with pytest.raises(ConfigError, match=refused):
             gw.app.reload(parse_settings(changed))
         assert gw.app.runtime is runtime
         assert gw.app.shadow.rates == {"default": 0.5}
