@@ -342,6 +342,15 @@ class Settings(Section):
     metrics: MetricsSettings = MetricsSettings()
     router: RouterSettings = RouterSettings()
 
+    @field_validator("model")
+    @classmethod
+    def _model_takes_no_pin_separator(cls, value: str) -> str:
+        # A client pins a tier as `<model>@<tier>`, split at the first `@`: with one in the
+        # name itself no pin matched, and the 404 said to send exactly what it refused.
+        if "@" in value:
+            raise ValueError("must not contain '@', which separates the model from a tier pin")
+        return value
+
     @model_validator(mode="after")
     def _cross_references(self) -> Self:
         tier_names = [tier.name for tier in self.tiers]

@@ -77,6 +77,8 @@ def base() -> dict[str, object]:
             "either thresholds or alpha",
         ),
         ({"model": ""}, "model"),
+        # `m@x@<tier>` was refused with a 404 that said to send just that.
+        ({"model": "m@x"}, "model: Value error, must not contain '@'"),
         ({"surprise": 1}, "surprise"),
         # Infinity passes `gt=0`; it would reach Retry-After and the timers.
         ({"resilience": {"retry_after_s": float("inf")}}, "resilience.retry_after_s"),
