@@ -265,7 +265,11 @@ class ShadowSettings(Section):
     max_concurrency: int = Field(default=4, ge=1)  # replays in flight
     budget_share: Probability = 0.1  # at most this share of the top tier's request slots
     queue_size: int = Field(default=256, ge=1)
-    judges: list[str] = Field(default_factory=lambda: ["choice", "number", "normalized"])
+    # At least one: with none, every replay ran (its cost counted as overspend) and none
+    # could be judged, so no label ever came.
+    judges: list[str] = Field(
+        default_factory=lambda: ["choice", "number", "normalized"], min_length=1
+    )
     # Tiers known to decode deterministically whatever the sampling parameters (the
     # simulator): text judges then apply to every pair, not only to greedy or seeded ones.
     assume_deterministic: bool = False

@@ -119,6 +119,8 @@ def base() -> dict[str, object]:
         ({"observer": {"window_s": 1e300, "bucket_s": 1e-300}}, "observer: Value error"),
         ({"observer": {"window_s": 3600, "bucket_s": 0.01}}, "360000 buckets"),
         ({"shadow": {"window": 10**20}}, "shadow.window"),  # deque(maxlen=) overflows
+        # Replays ran and were paid for, and no label could ever come of them.
+        ({"shadow": {"rate": 0.5, "judges": []}}, "shadow.judges: List should have at least 1"),
     ],
 )
 def test_invalid_config_names_the_field(patch: dict[str, object], fragment: str) -> None:
