@@ -48,6 +48,7 @@ from gateway.errors import InvalidRequestError, MethodNotAllowedError, NotFoundE
 from gateway.file_stamp import FileStamp, file_stamp
 from gateway.live.observer import LiveObserver
 from gateway.metrics import BackendCollector, GatewayMetrics, RoutingCollector, WorkerLoad
+from gateway.periods import sleep_period
 from gateway.protocol import EndpointKind
 from gateway.proxy.channel import Receive, Send
 from gateway.proxy.events import ExchangeListener
@@ -279,7 +280,7 @@ class Gateway:
 
     async def _recalibrate(self) -> None:
         while True:
-            await asyncio.sleep(self.runtime.settings.shadow.recalibrate_interval_s)
+            await sleep_period(lambda: self.runtime.settings.shadow.recalibrate_interval_s)
             if self.recalibrator is not None:
                 self.recalibrator.recalibrate_all()
 

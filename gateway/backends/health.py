@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 
 from gateway.backends.h1client import UpstreamFailure
 from gateway.backends.tier import EndpointState, TierBackend
+from gateway.periods import sleep_period
 
 log = logging.getLogger("tiergate.health")
 
@@ -68,8 +69,7 @@ class HealthChecker:
     async def run(self) -> None:
         while True:
             await self.check_once()
-            # Read every round: a reload may change it (a sleep already begun runs out).
-            await asyncio.sleep(self.interval_s)
+            await sleep_period(lambda: self.interval_s)  # a reload may change it meanwhile
 
 
 __all__ = ["HealthChecker", "health_path", "probe"]

@@ -38,6 +38,7 @@ from gateway.observer.sampling_key import (
     request_key_hash,
 )
 from gateway.observer.vllm_metrics import VllmMetricsSnapshot, parse_vllm_metrics
+from gateway.periods import sleep_period
 from gateway.planner.costmodel import CostModel
 from gateway.planner.params import Settings as PlannerSettings
 from gateway.planner.planner import (
@@ -435,8 +436,7 @@ class LiveObserver:
 
     async def _every(self, period_s: Callable[[], float], work: Callable[[], Any]) -> None:
         while True:
-            # Read every round: a reload may change it (a sleep already begun runs out).
-            await asyncio.sleep(period_s())
+            await sleep_period(period_s)  # a reload may change it meanwhile
             try:
                 await work()
             except Exception:  # a background failure must never stop the loop

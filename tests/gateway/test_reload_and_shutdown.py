@@ -262,6 +262,36 @@ def test_a_reload_applies_its_health_interval() -> None:
     assert app.health.interval_s == 2.0
 
 
+def test_a_reload_that_shortens_a_period_applies_it_to_the_sleep_under_way() -> None:
+    """The health checks (like the observer's scrapes and plans and the recalibration) slept
+    out the period read before the reload: from 600 s to 0.2 s, the next check came up to
+    600 s later."""
+    import asyncio
+
+    from gateway.app import build_app
+
+    def settings(interval_s: float) -> Any:
+        return unreachable_tiers(10, resilience={"health_interval_s": interval_s})
+
+    async def main() -> None:
+        app = build_app(settings(600.0), environ={})
+        checks = asyncio.Queue[None]()
+
+        async def check_once() -> None:
+            checks.put_nowait(None)
+
+        app.health.check_once = check_once  # type: ignore[method-assign]
+        running = asyncio.ensure_future(app.health.run())
+        await checks.get()
+        app.reload(settings(0.2))
+        try:
+            await asyncio.wait_for(checks.get(), 3.0)
+        finally:
+            running.cancel()
+
+    asyncio.run(main())
+
+
 def test_a_reload_that_adds_room_serves_the_requests_queued_before_it() -> None:
     """A request queued on a full tier is handed the room a reload adds (a higher limit here,
     or a new endpoint) at once: it waited for a request to end, or out its queue_timeout_s
