@@ -64,15 +64,21 @@ def _settings(config: Path | None, port: int | None, sim_base_port: int = 9001):
     return port_override(port)(settings)
 
 
-def port_override(port: int | None) -> Callable[[Settings], Settings]:
-    """What --port changes in a configuration. Applied to every reload of the file too: the
-    file's own port would otherwise differ from the running one, and each reload, even of an
-    unchanged file, would warn that the server settings wait for a restart."""
+def port_override(
+    port: int | None, *, host: str | None = None, workers: int | None = None
+) -> Callable[[Settings], Settings]:
+    """What the command line changes in a configuration's server block (--port; serve's --host
+    and --workers). Applied to every reload of the file too: the file's own values would
+    otherwise differ from the running ones, and each reload, even of an unchanged file, would
+    warn that the server settings wait for a restart (and /admin/config would show the file's
+    host, not the one served on)."""
+    given = {"port": port, "host": host, "workers": workers}
+    update = {key: value for key, value in given.items() if value is not None}
 
     def apply(settings: Settings) -> Settings:
-        if port is None:
+        if not update:
             return settings
-        server = settings.server.model_copy(update={"port": port})
+        server = settings.server.model_copy(update=update)
         return settings.model_copy(update={"server": server})
 
     return apply
@@ -291,13 +297,14 @@ def serve(
         return
     exit_on_sigterm()
     clear_multiprocess_dir()
+    running = port_override(port, host=host, workers=workers)  # what runs: as given
     with config_errors_exit():
         app = build_app(
-            settings,
+            running(settings),
             policy_factory=build_policy,
             config_path=path,
             watch_config=True,
-            adjust_loaded=port_override(port),
+            adjust_loaded=running,
         )
     freeze_startup_heap()
     run_event_loop(_serve(app, host or settings.server.host, settings.server.port))

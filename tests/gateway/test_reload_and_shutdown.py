@@ -440,6 +440,27 @@ def test_a_reload_of_an_unchanged_file_under_serve_port_warns_of_nothing(
     assert "server settings" not in text, text
 
 
+def test_serve_host_and_workers_are_what_admin_config_shows_and_reloads_keep(
+    tmp_path: Path,
+) -> None:
+    """`serve --host --workers 1` over a file naming another host and 3 workers: /admin/config
+    showed the file's, not what ran (only --port was applied to the settings)."""
+    settings = unreachable_tiers(
+        10, admin={"token": ADMIN}, server={"host": "localhost", "workers": 3}
+    )
+    path = write_settings(tmp_path / "tiergate.yaml", settings)
+    log = tmp_path / "gateway.log"
+    gateway = GatewayProcess(path, log_path=log)
+    gateway.argv_extra = ["--host", "127.0.0.1", "--workers", "1"]
+    with gateway as gw:
+        assert post(f"{gw.url}/admin/reload", {}, ADMIN)[0] == 200
+        request = urllib.request.Request(f"{gw.url}/admin/config")
+        request.add_header("authorization", f"Bearer {ADMIN}")
+        shown = json.loads(urllib.request.urlopen(request, timeout=10).read())["server"]
+    assert (shown["host"], shown["port"], shown["workers"]) == ("127.0.0.1", gw.port, 1)
+    assert "server settings" not in log.read_text()  # the unchanged file warned of nothing
+
+
 def test_the_file_watcher_outlives_a_reload_that_fails_unexpectedly(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
