@@ -14,10 +14,12 @@ from deploy.rendering.gateway_config import (
     ADMIN_TOKEN_ENV,
     ENGINE_KEY_ENV,
     KEY_ENV,
+    METRICS_TOKEN_ENV,
     PORT,
     tier_host,
 )
 from deploy.rendering.plan import DeployPlan, Target, TierSpec
+from deploy.rendering.prometheus import METRICS_TOKEN_FILE
 from gateway.launcher import SIM_API_KEY_ENV
 
 CONFIG_MOUNT = "./tiergate.yaml:/etc/tiergate/tiergate.yaml:ro"
@@ -26,6 +28,20 @@ BUILD = {"context": "../..", "dockerfile": "deploy/compose/Dockerfile"}
 GATEWAY_COMMAND = ["serve", "--config", "/etc/tiergate/tiergate.yaml", "--host", "0.0.0.0"]
 # The engines and the gateway read one variable: empty (the default) means no key anywhere.
 ENGINE_KEY = f"${{{ENGINE_KEY_ENV}:-}}"
+# The gateway's /metrics token and Prometheus's copy of it: empty (the default), /metrics is
+# open to whoever reaches the port.
+METRICS_TOKEN = f"${{{METRICS_TOKEN_ENV}:-}}"
+# Prometheus reads no variable in its configuration: the entrypoint writes the token to the
+# file its gateway job reads (on a tmpfs, so it never lands on disk), then runs Prometheus
+# with the service's command as its arguments. `$$` is compose's escape for `$`.
+TOKEN_DIR = METRICS_TOKEN_FILE.rsplit("/", 1)[0]
+PROMETHEUS_ENTRYPOINT = [
+    "/bin/sh",
+    "-c",
+    f"umask 077 && printf '%s' \"$${METRICS_TOKEN_ENV}\" > {METRICS_TOKEN_FILE}"
+    ' && exec /bin/prometheus "$$@"',
+    "prometheus",
+]
 
 
 def _escape(value: str) -> str:
@@ -63,11 +79,14 @@ def _monitoring(grafana_env: dict[str, str]) -> dict[str, Any]:
     return {
         "prometheus": {
             "image": images.PROMETHEUS,
+            "entrypoint": PROMETHEUS_ENTRYPOINT,
             "command": [
                 "--config.file=/etc/prometheus/prometheus.yml",
                 "--storage.tsdb.retention.time=15d",
             ],
+            "environment": {METRICS_TOKEN_ENV: METRICS_TOKEN},
             "volumes": ["../prometheus:/etc/prometheus:ro", "prometheus-data:/prometheus"],
+            "tmpfs": [TOKEN_DIR],
             "ports": ["127.0.0.1:9090:9090"],
             "restart": "unless-stopped",
         },
@@ -163,6 +182,7 @@ def gpu_compose(plan: DeployPlan) -> dict[str, Any]:
             KEY_ENV["batch"]: f"${{{KEY_ENV['batch']}:-}}",
             ADMIN_TOKEN_ENV: f"${{{ADMIN_TOKEN_ENV}:-}}",
             ENGINE_KEY_ENV: ENGINE_KEY,
+            METRICS_TOKEN_ENV: METRICS_TOKEN,
         },
     )
     services.update(
@@ -187,6 +207,7 @@ def cpu_compose(plan: DeployPlan) -> dict[str, Any]:
             KEY_ENV["batch"]: f"${{{KEY_ENV['batch']}:-}}",
             ADMIN_TOKEN_ENV: f"${{{ADMIN_TOKEN_ENV}:-}}",
             ENGINE_KEY_ENV: ENGINE_KEY,
+            METRICS_TOKEN_ENV: METRICS_TOKEN,
         },
         # Loopback only: this profile's key is committed in the repository.
         bind="127.0.0.1",

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from deploy.rendering.plan import DeployPlan, Target
+from gateway.config import DEFAULT_METRICS_TOKEN_ENV
 
 PORT: Final = 8000
 KEY_ENV: Final = {"default": "TIERGATE_KEYS_DEFAULT", "batch": "TIERGATE_KEYS_BATCH"}
@@ -19,6 +20,8 @@ ADMIN_TOKEN_ENV: Final = "TIERGATE_ADMIN_TOKEN"
 # One secret for the engines' VLLM_API_KEY and the gateway's tier keys; empty: no key on
 # either side.
 ENGINE_KEY_ENV: Final = "TIERGATE_ENGINE_KEY"
+# The gateway's /metrics token (the default `metrics.token_env`); Prometheus sends it too.
+METRICS_TOKEN_ENV: Final = DEFAULT_METRICS_TOKEN_ENV
 SHADOW_RATE: Final = 0.02
 
 

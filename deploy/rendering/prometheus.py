@@ -17,6 +17,10 @@ from deploy.rendering.plan import Target
 ALERTS: Final = Path(__file__).resolve().parents[1] / "prometheus" / "alerts.yml"
 GATEWAY_JOB: Final = "tiergate"
 ENGINE_JOB: Final = "vllm"
+# Where the compose Prometheus finds the gateway's /metrics token: its entrypoint writes
+# $TIERGATE_METRICS_TOKEN there (compose.py), since Prometheus reads no variable in its
+# configuration. Empty, it sends no credentials and the gateway, without a token, asks none.
+METRICS_TOKEN_FILE: Final = "/run/tiergate/metrics_token"
 
 
 def scrape_config(target: Target) -> dict[str, Any]:
@@ -27,6 +31,7 @@ def scrape_config(target: Target) -> dict[str, Any]:
             {
                 "job_name": GATEWAY_JOB,
                 "metrics_path": "/metrics",
+                "authorization": {"type": "Bearer", "credentials_file": METRICS_TOKEN_FILE},
                 "static_configs": [{"targets": [f"gateway:{PORT}"]}],
             },
             {
@@ -48,6 +53,8 @@ SCRAPE_COMMENT: Final = [
     "Scrapes the gateway (job tiergate) and every vLLM tier (job vllm, labelled with its",
     "tier). Add one target per gateway replica when you run several. Kubernetes uses the",
     "ServiceMonitor and PodMonitor in deploy/k8s/base instead.",
+    "The gateway job sends $TIERGATE_METRICS_TOKEN, which the compose files write to",
+    f"{METRICS_TOKEN_FILE} when Prometheus starts.",
 ]
 
 
@@ -67,4 +74,11 @@ def prometheus_rule(alerts: Path = ALERTS) -> dict[str, Any]:
     }
 
 
-__all__ = ["ENGINE_JOB", "GATEWAY_JOB", "SCRAPE_COMMENT", "prometheus_rule", "scrape_config"]
+__all__ = [
+    "ENGINE_JOB",
+    "GATEWAY_JOB",
+    "METRICS_TOKEN_FILE",
+    "SCRAPE_COMMENT",
+    "prometheus_rule",
+    "scrape_config",
+]

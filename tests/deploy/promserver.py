@@ -19,18 +19,20 @@ from tests.helpers import free_port
 
 
 def local_scrape_config(
-    gateway: str, engines: dict[str, str], interval: str = "1s"
+    gateway: str, engines: dict[str, str], token_file: Path, interval: str = "1s"
 ) -> dict[str, Any]:
     """deploy/prometheus/prometheus.yml with local targets and a fast interval.
 
-    Jobs, paths and labels stay as checked in; only addresses, intervals and the rule file's
-    path change, so the test scrapes the way the compose setup does.
+    Jobs, paths, labels and credentials stay as checked in; only addresses, intervals, the
+    rule file's path and the gateway's token file (`token_file`, which the compose
+    Prometheus writes at start) change, so the test scrapes the way the compose setup does.
     """
     config = yaml.safe_load(SCRAPE.read_text(encoding="utf-8"))
     config["global"] = {"scrape_interval": interval, "evaluation_interval": interval}
     config["rule_files"] = [str(ALERTS)]
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     jobs["tiergate"]["static_configs"] = [{"targets": [gateway]}]
+    jobs["tiergate"]["authorization"]["credentials_file"] = str(token_file)
     for static in jobs["vllm"]["static_configs"]:
         static["targets"] = [engines[static["labels"]["tier"]]]
     return config

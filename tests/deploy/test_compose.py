@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from gateway.config import load_settings
-from tests.deploy.support import DEPLOY, require_binary
+from tests.deploy.support import DEPLOY, SCRAPE, require_binary
 
 COMPOSE: Final = DEPLOY / "compose"
 GPU: Final = COMPOSE / "docker-compose.gpu.yml"
@@ -150,3 +150,40 @@ def test_the_image_builds_its_wheels_with_the_compile_arg_set(tmp_path: Path) ->
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert [p.name.split("-")[0] for p in wheels.iterdir()] == ["tiergate"]
+
+
+@pytest.mark.parametrize("path", [GPU, CPU], ids=["gpu", "cpu"])
+@pytest.mark.parametrize("token", [None, "scrape-token"])
+def test_prometheus_sends_the_gateway_s_metrics_token(
+    tmp_path: Path, path: Path, token: str | None
+) -> None:
+    """/metrics shares the published port with /v1: the gateway reads
+    TIERGATE_METRICS_TOKEN, and Prometheus's entrypoint writes the same variable to the file
+    its gateway job sends as a bearer token (on a tmpfs); unset, both are empty (open)."""
+    env = {**SECRETS, **({} if token is None else {"TIERGATE_METRICS_TOKEN": token})}
+    services = _resolved(path, env, tmp_path)["services"]
+    assert services["gateway"]["environment"]["TIERGATE_METRICS_TOKEN"] == (token or "")
+    prometheus = services["prometheus"]
+    assert prometheus["environment"]["TIERGATE_METRICS_TOKEN"] == (token or "")
+    jobs = {job["job_name"]: job for job in yaml.safe_load(SCRAPE.read_text())["scrape_configs"]}
+    authorization = jobs["tiergate"]["authorization"]
+    token_file = authorization["credentials_file"]
+    assert authorization.get("type", "Bearer") == "Bearer"
+    assert str(Path(token_file).parent) in prometheus["tmpfs"]
+    # Run the entrypoint as the container would (compose's `$$` is `$`), with the token
+    # file moved here and `echo` standing in for Prometheus.
+    here = tmp_path / "metrics_token"
+    script = prometheus["entrypoint"][2].replace("$$", "$").replace(token_file, str(here))
+    assert "exec /bin/prometheus " in script
+    argv = [*prometheus["entrypoint"][:2], script.replace("/bin/prometheus", "echo")]
+    argv += [*prometheus["entrypoint"][3:], *prometheus["command"]]
+    done = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=True,
+        env={"PATH": "/usr/bin:/bin", **prometheus["environment"]},
+    )
+    assert done.stdout.split() == prometheus["command"]
+    assert here.read_text() == (token or "")

@@ -65,6 +65,7 @@ FEATURE_SETTINGS: Final[dict[str, Any]] = {
     "tenant:shadow_rate": 1.0,
 }
 SIM_FLAGS: Final = ("--prefix-caching", "--spec-decode")
+METRICS_TOKEN: Final = "scrape-token"
 # The same toggles as vLLM flags, so the gateway knows what the tiers run (flag gauges).
 SIM_VLLM_ARGS: Final = [
     "--enable-prefix-caching",
@@ -123,10 +124,14 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     prometheus = None
     try:
         settings = _settings(ladder)
-        with GatewayThread(settings, policy_factory=ROUTING_POLICY) as gateway:
+        # /metrics asks for the token, read as in compose; Prometheus scrapes with it.
+        environ = {"TIERGATE_METRICS_TOKEN": METRICS_TOKEN}
+        with GatewayThread(settings, policy_factory=ROUTING_POLICY, environ=environ) as gateway:
             engines = {sim.precision: f"127.0.0.1:{sim.port}" for sim in ladder.sims}
-            config = local_scrape_config(f"127.0.0.1:{gateway.port}", engines)
             workdir: Path = tmp_path_factory.mktemp("prometheus")
+            token_file = workdir / "metrics_token"
+            token_file.write_text(METRICS_TOKEN, encoding="utf-8")
+            config = local_scrape_config(f"127.0.0.1:{gateway.port}", engines, token_file)
             prometheus = PrometheusServer(binary, config, workdir)
             prometheus.wait_ready()
             # Every target scraped once before the first request, so rates see the increase.

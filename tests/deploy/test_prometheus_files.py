@@ -41,9 +41,32 @@ def _rules() -> list[dict[str, Any]]:
     return [rule for group in groups for rule in group["rules"]]
 
 
-def test_promtool_checks_the_scrape_config() -> None:
-    out = _promtool("check", "config", str(SCRAPE))
+def test_promtool_checks_the_scrape_config(tmp_path: Path) -> None:
+    """promtool wants the gateway job's token file to exist: the compose Prometheus writes it
+    at start, so the check runs on a copy that points at a local one."""
+    config = yaml.safe_load(SCRAPE.read_text(encoding="utf-8"))
+    config["rule_files"] = [str(ALERTS)]
+    token_file = tmp_path / "metrics_token"
+    token_file.write_text("scrape-token", encoding="utf-8")
+    for job in config["scrape_configs"]:
+        if "authorization" in job:
+            job["authorization"]["credentials_file"] = str(token_file)
+    checked = tmp_path / "prometheus.yml"
+    checked.write_text(yaml.safe_dump(config), encoding="utf-8")
+    out = _promtool("check", "config", str(checked))
     assert "1 rule files found" in out, out
+
+
+def test_the_gateway_job_sends_the_metrics_token() -> None:
+    """The gateway's /metrics (tenant names, endpoint URLs, costs) shares the published port
+    with /v1: with TIERGATE_METRICS_TOKEN set it answers only the bearer token, so the
+    scrape job must send it; the engines' /metrics needs none."""
+    config = yaml.safe_load(SCRAPE.read_text(encoding="utf-8"))
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    authorization = jobs["tiergate"]["authorization"]
+    assert authorization.get("type", "Bearer") == "Bearer"
+    assert Path(authorization["credentials_file"]).is_absolute(), "not under /etc/prometheus"
+    assert "authorization" not in jobs["vllm"]
 
 
 def test_promtool_checks_the_rules() -> None:
