@@ -1,9 +1,10 @@
 """Kubernetes manifests: a base (the stateless gateway and monitoring) and one overlay per GPU.
 
 The base holds what does not depend on the GPU: the gateway Deployment, Service, HPA, PDB,
-the key Secret (placeholders), ServiceMonitor, PodMonitor, PrometheusRule and the Grafana
-dashboards. Each overlay adds what the planner decides for its GPU: one vLLM Deployment and
-Service per tier, and the gateway ConfigMap that lists those tiers with their flags.
+the key Secret (placeholders), the engines' NetworkPolicy, ServiceMonitor, PodMonitor,
+PrometheusRule and the Grafana dashboards. Each overlay adds what the planner decides for
+its GPU: one vLLM Deployment and Service per tier, and the gateway ConfigMap that lists
+those tiers with their flags.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ GATEWAY_SELECTOR: Final = {
 }
 ENGINE_SELECTOR: Final = {"app.kubernetes.io/name": "vllm", **PART_OF}
 SECRET: Final = "tiergate-keys"
+# Where kube-prometheus-stack usually runs its Prometheus, and the label the operator puts
+# on its pods: the engines admit its scrapes. docs/deploy.md asks operators to adjust both.
+PROMETHEUS_NAMESPACE: Final = "monitoring"
+PROMETHEUS_POD: Final = {"app.kubernetes.io/name": "prometheus"}
 CONFIG: Final = "tiergate-config"
 HTTP: Final = {"name": "http", "containerPort": PORT, "protocol": "TCP"}
 
@@ -183,6 +188,32 @@ def gateway_secret() -> dict[str, Any]:
             ADMIN_TOKEN_ENV: "",
             # The engines' VLLM_API_KEY and the gateway's tier key; empty: no key on either.
             ENGINE_KEY_ENV: "",
+        },
+    }
+
+
+def engine_network_policy() -> dict[str, Any]:
+    """Only the gateway pods (and Prometheus) reach the engines: any other pod calling
+    `tier-*` directly would skip tenant keys, limits and pins (the engine key is empty
+    unless the operator sets one)."""
+    prometheus = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": PROMETHEUS_NAMESPACE}},
+        "podSelector": {"matchLabels": PROMETHEUS_POD},
+    }
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta("vllm-tiers", {"app.kubernetes.io/name": "vllm"}),
+        "spec": {
+            "podSelector": {"matchLabels": ENGINE_SELECTOR},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {
+                    # A podSelector alone: the gateway pods of this namespace.
+                    "from": [{"podSelector": {"matchLabels": GATEWAY_SELECTOR}}, prometheus],
+                    "ports": [{"protocol": "TCP", "port": PORT}],
+                }
+            ],
         },
     }
 
@@ -358,6 +389,7 @@ BASE_FILES: Final = {
     "gateway-service.yaml": lambda: [gateway_service()],
     "gateway-hpa.yaml": lambda: [gateway_hpa()],
     "gateway-pdb.yaml": lambda: [gateway_pdb()],
+    "engine-networkpolicy.yaml": lambda: [engine_network_policy()],
     "servicemonitor.yaml": lambda: [service_monitor()],
     "podmonitor.yaml": lambda: [pod_monitor()],
     "prometheusrule.yaml": lambda: [prometheus_rule()],

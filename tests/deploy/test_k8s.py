@@ -238,3 +238,48 @@ def test_nvfp4_is_native_on_b200_and_weight_only_on_h200() -> None:
 
     assert "native W4A4" in notes("b200")
     assert "weight-only" in notes("h200") and "Marlin" in notes("h200")
+
+
+def _matches(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """A label selector (matchLabels only, as the manifests write them) against labels."""
+    assert set(selector) <= {"matchLabels"}, selector
+    return bool(selector.get("matchLabels", {}).items() <= labels.items())
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_only_the_gateway_and_prometheus_reach_the_engines(target: str) -> None:
+    """A pod that called `tier-*` directly would skip tenant keys, limits and pins: a
+    NetworkPolicy selects exactly the engine pods and admits, on their port, the gateway's
+    pods (same namespace) and Prometheus's (a namespace the operator names)."""
+    rendered = _rendered(target)
+    pods = {
+        name: doc["spec"]["template"]["metadata"]["labels"]
+        for (kind, name), doc in rendered.items()
+        if kind == "Deployment"
+    }
+    engines = {name for name in pods if name.startswith("tier-")}
+    assert engines and "tiergate" in pods
+    policies = [doc for (kind, _), doc in rendered.items() if kind == "NetworkPolicy"]
+    guarding = [p for p in policies if _matches(p["spec"]["podSelector"], pods["tier-bf16"])]
+    assert len(guarding) == 1, "one NetworkPolicy for the engines"
+    (policy,) = guarding
+    spec = policy["spec"]
+    assert {name for name, labels in pods.items() if _matches(spec["podSelector"], labels)} == (
+        engines
+    )
+    assert "Ingress" in spec["policyTypes"]
+    (rule,) = spec["ingress"]
+    peers = rule["from"]
+    # Every peer names both who and, past this namespace, where: none admits any pod.
+    same_namespace = [p for p in peers if set(p) == {"podSelector"}]
+    assert all(_matches(p["podSelector"], pods["tiergate"]) for p in same_namespace)
+    assert same_namespace, "the gateway's pods are admitted"
+    others = [p for p in peers if p not in same_namespace]
+    for peer in others:
+        assert set(peer) == {"namespaceSelector", "podSelector"}, peer
+        assert peer["namespaceSelector"]["matchLabels"] and peer["podSelector"]["matchLabels"]
+    assert [p["podSelector"]["matchLabels"] for p in others] == [
+        {"app.kubernetes.io/name": "prometheus"}
+    ]
+    (container,) = rendered[("Deployment", "tier-bf16")]["spec"]["template"]["spec"]["containers"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": container["ports"][0]["containerPort"]}]
