@@ -134,7 +134,7 @@ def one_authorization(values: Sequence[bytes]) -> bytes | None:
 def _digest_of_configured(key: str) -> bytes:
     if not key.strip():
         raise ValueError("an API key is empty")
-    if key.startswith(_HASH_PREFIX):
+    if key[: len(_HASH_PREFIX)].lower() == _HASH_PREFIX:  # `SHA256:` is no plain key either
         hexdigest = key[len(_HASH_PREFIX) :]
         try:
             if len(hexdigest) == 64:

@@ -39,6 +39,20 @@ def test_plain_hashed_and_env_keys_resolve() -> None:
         registry.authenticate(b"Bearer sha256:" + hash_key("sk-hashed")[7:].encode())
 
 
+def test_an_upper_case_hash_prefix_is_a_hashed_key() -> None:
+    """`SHA256:<hex>` was taken as a plain key that no client would ever send, and a plain
+    copy of the key in another tenant went unnoticed."""
+    upper = "SHA256:" + hash_key("sk-hashed")[7:]
+    registry = TenantRegistry(settings([{"name": "hashed", "api_keys": [upper]}]))
+    assert registry.authenticate(b"Bearer sk-hashed").name == "hashed"
+    with pytest.raises(ValueError, match="configured for both 'one' and 'two'"):
+        TenantRegistry(
+            settings(
+                [{"name": "one", "api_keys": [upper]}, {"name": "two", "api_keys": ["sk-hashed"]}]
+            )
+        )
+
+
 def test_a_configured_key_with_surrounding_whitespace_still_resolves() -> None:
     """A header's key is read without its surrounding whitespace (HTTP strips it anyway),
     so a key configured with some, say a YAML block scalar's newline, must match it."""
