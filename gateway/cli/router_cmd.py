@@ -348,7 +348,12 @@ def tune(
     tiers: TiersOpt = None,
     costs: CostsOpt = None,
     min_saving: Annotated[
-        float, typer.Option("--min-saving", help="Least saving (share of baseline cost) to route.")
+        float,
+        typer.Option(
+            "--min-saving",
+            help="Least gain to route: a share of the baseline's cost, or with --budget alone "
+            "a share of the cheapest-to-top quality gap.",
+        ),
     ] = 0.02,
     json_out: JsonOpt = False,
     plot: PlotOpt = None,
@@ -365,7 +370,7 @@ def tune(
         if budget is not None and not 0.0 < budget < math.inf:
             _fail(f"--budget is a mean relative cost per request, > 0; got {budget}")
         if not 0.0 <= min_saving < 1.0:  # a negative one would accept a costlier policy
-            _fail(f"--min-saving is a share of the baseline's cost in [0, 1), got {min_saving}")
+            _fail(f"--min-saving is a share in [0, 1), got {min_saving}")
         if alpha is not None:
             _check_fraction("--alpha", alpha)
         labels = _load(data, tiers)
