@@ -369,7 +369,6 @@ class Settings(Section):
                     f"{dearer.relative_cost:g}) comes after {cheaper.name!r} (cost "
                     f"{cheaper.relative_cost:g}); reorder them or fix tiers[].cost"
                 )
-        _require_distinct_engines(self.tiers)
         known = set(tier_names)
         for tenant in self.tenants:
             for field, names in (
@@ -400,22 +399,6 @@ class Settings(Section):
             if tier.name == name:
                 return index
         return None
-
-
-def _require_distinct_engines(tiers: list[TierSettings]) -> None:
-    """One engine listed under two tiers would have two endpoint states, each allowing
-    max_inflight_per_endpoint, and every reload gave the second tier a fresh one (its
-    circuit, health and in-flight count lost)."""
-    owner: dict[str, str] = {}
-    for tier in tiers:
-        for endpoint in tier.parsed_endpoints:
-            first = owner.setdefault(endpoint.url, tier.name)
-            if first != tier.name:
-                raise ValueError(
-                    f"tiers {first!r} and {tier.name!r} both list the endpoint "
-                    f"{_without_userinfo(endpoint.url)}; a tier is one precision, served by "
-                    "engines of its own"
-                )
 
 
 def _require_unique(field: str, names: list[str]) -> None:

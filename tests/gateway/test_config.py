@@ -67,19 +67,6 @@ def base() -> dict[str, object]:
             },
             "tiers.0.endpoints: Value error, endpoints must be distinct",
         ),
-        (  # one engine under two tiers: two endpoint states, each with the in-flight bound
-            {
-                "tiers": [
-                    {"name": "a", "precision": "nvfp4", "endpoints": ["http://x/v1"]},
-                    {
-                        "name": "b",
-                        "precision": "bf16",
-                        "endpoints": ["http://y/v1", "http://x/v1/"],
-                    },
-                ]
-            },
-            "tiers 'a' and 'b' both list the endpoint http://x/v1",
-        ),
         (
             {"tenants": [{"name": "t", "api_keys": ["k"], "allowed_tiers": ["zzz"]}]},
             "unknown tiers",
