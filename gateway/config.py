@@ -409,14 +409,15 @@ def _require_unique(field: str, names: list[str]) -> None:
         seen.add(name)
 
 
-def parse_settings(data: Any) -> Settings:
-    """Validates an already-loaded mapping; raises ConfigError naming the field."""
+def parse_settings(data: Any, source: yaml.Node | None = None) -> Settings:
+    """Validates an already-loaded mapping; raises ConfigError naming the field, and its line
+    when `source` is the YAML node the mapping was read from."""
     if not isinstance(data, dict):
         raise ConfigError("configuration must be a YAML mapping at the top level")
     try:
         return Settings.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_describe(exc)) from None
+        raise ConfigError(_describe(exc, source)) from None
 
 
 def load_settings(path: str | Path) -> Settings:
@@ -428,14 +429,18 @@ def load_settings(path: str | Path) -> Settings:
         raise ConfigError(f"cannot read config file {file}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{file}: not UTF-8 text (byte {exc.start})") from None
+    loader = _UniqueKeyLoader(text)  # a SafeLoader: plain data only
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: plain data only
+        node = loader.get_single_node()
+        data = None if node is None else loader.construct_document(node)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{file}: not valid YAML: {_yaml_problem(exc)}") from None
     except RecursionError:  # the YAML parser recurses once per level of nesting
         raise ConfigError(f"{file}: not a configuration: nested too deeply") from None
+    finally:
+        loader.dispose()
     try:
-        return parse_settings(data)
+        return parse_settings(data, node)
     except ConfigError as exc:
         raise ConfigError(f"{file}: {exc}") from None
 
@@ -561,12 +566,34 @@ def tenant_keys(tenant: TenantSettings, environ: Mapping[str, str] | None = None
     return keys
 
 
-def _describe(exc: ValidationError) -> str:
+def _describe(exc: ValidationError, source: yaml.Node | None = None) -> str:
     lines = []
     for error in exc.errors(include_url=False):
         where = ".".join(str(part) for part in error["loc"]) or "(top level)"
-        lines.append(f"{where}: {error['msg']}")
+        line = None if source is None else _line_of(source, error["loc"])
+        at = "" if line is None else f" (line {line})"
+        lines.append(f"{where}: {error['msg']}{at}")
     return "invalid configuration: " + "; ".join(lines)
+
+
+def _line_of(node: yaml.Node, path: tuple[int | str, ...]) -> int | None:
+    """The 1-based line of the deepest node along a validation error's path (the key, for a
+    mapping entry); None for an error about the whole file."""
+    line = None
+    for part in path:
+        if isinstance(node, yaml.MappingNode):
+            entry = next((pair for pair in node.value if pair[0].value == str(part)), None)
+            if entry is None:
+                break
+            line, node = entry[0].start_mark.line + 1, entry[1]
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+            if not 0 <= part < len(node.value):
+                break
+            node = node.value[part]
+            line = node.start_mark.line + 1
+        else:
+            break
+    return line
 
 
 def default_settings(

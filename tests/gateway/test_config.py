@@ -205,6 +205,36 @@ def test_a_yaml_error_names_the_place_without_printing_the_line(tmp_path: Path) 
     assert "hunter2" not in str(refused.value)
 
 
+def test_a_field_error_names_its_line(tmp_path: Path) -> None:
+    """A field error named the field's path only (tenants.1.colour), which in a long file
+    left the operator counting list items; the line of the key (or list item) now follows."""
+    path = tmp_path / "fields.yaml"
+    path.write_text(
+        "model: m\n"
+        "tiers:\n"
+        "  - {name: a, precision: nvfp4, endpoints: ['http://x/v1']}\n"
+        "  - name: b\n"
+        "    precision: bf16\n"
+        "    endpoints: ['http://y/v1']\n"
+        "tenants:\n"
+        "  - name: t\n"
+        "    limits:\n"
+        "      max_concurrency: -3\n"
+        "  - <<: {name: u}\n"
+        "    colour: blue\n"
+    )
+    with pytest.raises(ConfigError) as refused:
+        load_settings(path)
+    message = str(refused.value)
+    assert "tenants.0.limits.max_concurrency: Input should be greater" in message
+    assert "or equal to 1 (line 10)" in message
+    assert "tenants.1.colour: Extra inputs are not permitted (line 12)" in message
+    # An error about the whole file has no line to name.
+    path.write_text("model: m\n")
+    with pytest.raises(ConfigError, match=r"tiers: Field required; tenants: Field required$"):
+        load_settings(path)
+
+
 def test_a_config_file_that_is_not_utf8_is_a_config_error_naming_it(tmp_path: Path) -> None:
     from gateway.config import ConfigError, load_settings
 
