@@ -243,7 +243,7 @@ class TierBackend:
 
 def build_tiers(
     settings: Settings,
-    previous: Mapping[str, EndpointState] | None = None,
+    previous: Mapping[tuple[str, str], EndpointState] | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> list[TierBackend]:
     """Tier backends for `settings`; endpoints unchanged since `previous` keep their pool,
@@ -253,7 +253,7 @@ def build_tiers(
     resilience: ResilienceSettings = settings.resilience
     previous = previous or {}
     names = {tier.name for tier in settings.tiers}
-    kept_urls: set[str] = set()
+    kept_ids: set[int] = set()
     tiers = []
     for index, tier in enumerate(settings.tiers):
         key = tier_api_key(tier, environ)
@@ -269,15 +269,19 @@ def build_tiers(
             connect_timeout_s=settings.timeouts.connect_s,
         )
         for endpoint in tier.parsed_endpoints:
-            kept = previous.get(endpoint.url)
             # Kept by its tier, or by the URL alone when its tier was renamed: a fresh state
             # would count none of the requests the engine is still running (past its limit).
-            if (
-                kept is not None
-                and (kept.tier == tier.name or kept.tier not in names)
-                and endpoint.url not in kept_urls
-            ):
-                kept_urls.add(endpoint.url)
+            # By tier first: an engine standing in for two tiers has a state in each.
+            kept = previous.get((tier.name, endpoint.url)) or next(
+                (
+                    state
+                    for (owner, url), state in previous.items()
+                    if url == endpoint.url and owner not in names
+                ),
+                None,
+            )
+            if kept is not None and id(kept) not in kept_ids:
+                kept_ids.add(id(kept))
                 backend.endpoints.append(kept)
                 continue
             state = EndpointState(
@@ -306,8 +310,9 @@ def served_name(tier: TierBackend, endpoint: EndpointState) -> str:
     return (endpoint.owner or tier).served_model_name
 
 
-def endpoints_by_url(tiers: list[TierBackend]) -> dict[str, EndpointState]:
-    return {state.url: state for tier in tiers for state in tier.endpoints}
+def endpoints_by_url(tiers: list[TierBackend]) -> dict[tuple[str, str], EndpointState]:
+    """The running endpoint states by (tier, URL), for a reload to keep."""
+    return {(tier.name, state.url): state for tier in tiers for state in tier.endpoints}
 
 
 __all__ = ["EndpointState", "TierBackend", "build_tiers", "endpoints_by_url"]

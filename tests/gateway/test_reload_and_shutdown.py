@@ -222,6 +222,28 @@ def test_an_unchanged_endpoint_keeps_its_health_and_circuit_across_a_reload() ->
     assert fresh is not moved and fresh.healthy and fresh.circuit.consecutive_failures == 0
 
 
+def test_an_engine_standing_in_for_two_tiers_keeps_both_states_across_a_reload() -> None:
+    """One engine under two tiers (a single vLLM tried as a ladder) has a state in each. The
+    states were kept by URL alone, so a reload gave one tier the other's state and the other
+    a fresh one: its circuit, health and in-flight count were lost."""
+    from gateway.app import build_app
+
+    app = build_app(unreachable_tiers(9), environ={})
+    first = [tier.endpoints[0] for tier in app.runtime.tiers]
+    assert first[0] is not first[1]
+    first[1].healthy = False
+    first[1].circuit.on_failure()
+    first[1].inflight = 3
+    app.reload(unreachable_tiers(9, timeouts={"total_s": 60}))
+    assert [tier.endpoints[0] for tier in app.runtime.tiers] == first
+    assert not first[1].healthy and first[1].inflight == 3 and first[0].inflight == 0
+    # Renamed, a tier keeps its engine's state by the URL alone.
+    data = unreachable_tiers(9).model_dump(mode="json")
+    data["tiers"][1]["name"] = "b2"
+    app.reload(parse_settings(data))
+    assert [tier.endpoints[0] for tier in app.runtime.tiers] == first
+
+
 def test_a_reload_applies_its_resilience_and_connect_timeout_to_kept_endpoints() -> None:
     """An unchanged endpoint keeps its circuit's state, not the old thresholds: a reload that
     lowers failure_threshold (or changes the ejection times or connect_s) applies to it."""
