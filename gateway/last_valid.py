@@ -46,8 +46,12 @@ class LastValidConfig:
             partial.write_bytes(self.source.read_bytes())
             self._validate(partial)
         except Exception as exc:  # any reason the file cannot serve keeps the last good copy
+            # The reason names the file as the operator knows it, not the scratch copy.
+            reason = str(exc).replace(str(partial), str(self.source))
             log.error(
-                "config file %s is not valid, workers keep the last valid one: %s", self.source, exc
+                "config file %s is not valid, workers keep the last valid one: %s",
+                self.source,
+                reason,
             )
             return False
         os.replace(partial, self.copy)  # atomic: a starting worker never reads half a file

@@ -53,13 +53,19 @@ def _validate(path: Path) -> None:
     check_settings(load_settings(path), build_policy)
 
 
-def test_the_copy_follows_valid_edits_only(tmp_path: Path) -> None:
+def test_the_copy_follows_valid_edits_only(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     source = write_settings(tmp_path / "c.yaml", _settings(9001))
     kept = LastValidConfig(source, tmp_path / "kept.yaml", _validate)
     assert kept.copy.read_text() == source.read_text()
     good = source.read_text()
     source.write_text(good + "\ntiers: 5\n")
-    assert not kept.refresh() and kept.copy.read_text() == good  # invalid: kept as it was
+    with caplog.at_level("ERROR"):
+        assert not kept.refresh() and kept.copy.read_text() == good  # invalid: kept as it was
+    # The reason names the operator's file, not the scratch copy it was validated as.
+    assert f"{source}: not valid YAML" in caplog.text
+    assert ".partial" not in caplog.text
     write_settings(source, _settings(9002))
     assert kept.refresh() and "9002" in kept.copy.read_text()
     assert not kept.refresh()  # unchanged since the last look: not re-validated
