@@ -148,6 +148,8 @@ class Gateway:
         self.request_ids = RequestIds()  # kept across reloads: ids stay unique
         self.draining = False
         self.reloads = 0
+        # Sections the file changes that only a restart applies (the sockets: `server`).
+        self.restart_needed: tuple[str, ...] = ()
         # Until then a SIGHUP is the supervisor's echo of this worker's own admin reload.
         self._reload_echo_until = 0.0
         self._tasks: list[asyncio.Task[None]] = []
@@ -324,6 +326,7 @@ class Gateway:
         runtime = self._build_runtime(settings, previous=self.runtime)
         self._install(runtime)
         self.reloads += 1
+        self.restart_needed = ("server",) if settings.server != runtime.settings.server else ()
         log.warning(
             "configuration reloaded (%d tiers, %d tenants)",
             len(settings.tiers),

@@ -124,7 +124,12 @@ async def reload(request: Request, gateway: Gateway) -> Any:
         )
     if reload_sibling_workers():  # under `serve --workers N`, the other workers too
         gateway.expect_reload_echo()
-    return {"reloaded": True, "reloads": gateway.reloads}
+    # Applied, except what waits for a restart (also logged): the caller sees it too.
+    return {
+        "reloaded": True,
+        "reloads": gateway.reloads,
+        "restart_needed": list(gateway.restart_needed),
+    }
 
 
 async def regime(request: Request, gateway: Gateway) -> Any:

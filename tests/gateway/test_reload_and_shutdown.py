@@ -72,8 +72,9 @@ def test_reload_by_admin_sighup_and_file_watch(ladder: Ladder, tmp_path: Path) -
         assert chat(gw.url) == 200
         # 2. a valid file through the admin API
         config(ladder, path, [API_KEY, "sk-new"])
-        status, _ = post(f"{gw.url}/admin/reload", {}, ADMIN)
+        status, body = post(f"{gw.url}/admin/reload", {}, ADMIN)
         assert status == 200 and chat(gw.url, "sk-new") == 200
+        assert json.loads(body)["restart_needed"] == []
         # 3. SIGHUP
         config(ladder, path, ["sk-hup"])
         assert gw.process is not None
@@ -201,6 +202,9 @@ def test_a_reload_that_changes_the_limit_store_is_refused() -> None:
     app.reload(settings(server={"port": 9999, "workers": 3}, timeouts={"total_s": 30}))
     assert app.runtime.settings.server == settings().server
     assert app.admission.max_request_s == 30
+    assert app.restart_needed == ("server",)  # what POST /admin/reload answers
+    app.reload(settings(timeouts={"total_s": 30}))
+    assert app.restart_needed == ()
 
 
 def test_an_unchanged_endpoint_keeps_its_health_and_circuit_across_a_reload() -> None:
