@@ -141,7 +141,8 @@ def _rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         # bad byte would be reported lines before the line that holds it.
         with opener(path, "rb") as handle:
             for line_no, raw in enumerate(handle, start=1):
-                line = raw.decode("utf-8")
+                # A byte order mark (Windows tools write one) leads the first line only.
+                line = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
                 if not line.strip():
                     continue
                 try:

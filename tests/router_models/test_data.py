@@ -42,6 +42,20 @@ def test_gzip_is_read_whatever_the_name_says(tmp_path: Path, name: str) -> None:
     assert len(load_labels([packed], ["x", "y"])) == 1
 
 
+def test_a_byte_order_mark_leading_the_file_is_read_past(tmp_path: Path) -> None:
+    """Windows tools start UTF-8 files with one; it was "invalid JSON" on line 1. Anywhere
+    else it is no mark but a stray character, and still refused."""
+    marked = tmp_path / "marked.jsonl"
+    marked.write_bytes(b"\xef\xbb\xbf" + (json.dumps(GOOD) + "\n").encode() * 2)
+    assert len(load_labels([marked], ["x", "y"])) == 2
+    stray = tmp_path / "stray.jsonl"
+    stray.write_bytes(
+        (json.dumps(GOOD) + "\n").encode() + b"\xef\xbb\xbf" + json.dumps(GOOD).encode()
+    )
+    with pytest.raises(LabelDataError, match=r"stray\.jsonl:2: invalid JSON"):
+        load_labels([stray], ["x", "y"])
+
+
 def test_ladder_defaults_to_the_first_rows_order(tmp_path: Path) -> None:
     assert load_labels([write(tmp_path / "a.jsonl", [json.dumps(GOOD)])]).tiers == ("x", "y")
 
