@@ -116,6 +116,8 @@ def _metrics_table(m: Mapping[str, Any]) -> list[str]:
     if pre:
         lines.append(f"| pre-test | {pre.get('message', '')} |")
     lines.append("")
+    if m.get("note"):  # why some figures are n/a (rows without every tier's score)
+        lines += [f"Note: {m['note']}.", ""]
     return lines
 
 

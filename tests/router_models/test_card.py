@@ -26,3 +26,23 @@ def test_card_names_the_calibrated_tiers_of_its_label(label: str, calibrated: st
         )
     )
     assert f"- calibration: one isotonic regression {calibrated}," in card
+
+
+def test_figures_the_rows_cannot_give_say_why() -> None:
+    """Shadow-style rows (one cheaper tier scored per request) give no APGR or CPT: the card
+    printed a bare n/a for each, without the evaluation's reason."""
+    note = "no row has every tier's score: frontiers, APGR/CPT, tune and the pre-test need complete rows"
+    card = render_card(
+        CardFacts(
+            title="t",
+            tiers=("a", "b"),
+            costs=(0.5, 1.0),
+            cost_source="given",
+            label="relative",
+            scorer="linear",
+            scorer_params={},
+            data=[],
+            metrics={"n": 40, "per_tier": {}, "note": note},
+        )
+    )
+    assert "| apgr | n/a |" in card and f"Note: {note}." in card
