@@ -184,6 +184,7 @@ class Gateway:
         ladder = Ladder(
             tuple(tier.name for tier in settings.tiers),
             tuple(tier.relative_cost for tier in settings.tiers),
+            _savings_baselines(settings, tenants, policy),
         )
         handlers = {
             path: GenerationHandler(
@@ -526,6 +527,23 @@ def _merge_unreplaced_queues(old: list[TierBackend], replaced: Iterable[TierBack
         if heir is not None:
             heir.join_queue(tier)
             heir.hand_out_free_slots()
+
+
+def _savings_baselines(
+    settings: Settings, tenants: TenantRegistry, policy: RoutingPolicy
+) -> dict[str, tuple[str, str | None]]:
+    """Each tenant's savings baselines under this configuration, by tier name: the best tier
+    it may use, and the uniform tier its alpha's floor names (None without alpha). They go
+    with the configuration's Ladder onto every request it routes, so a request in flight
+    (or not yet flushed) across a reload is credited against the floor it was routed
+    under: crediting it against the new floor showed overspend routing never made."""
+    names = [tier.name for tier in settings.tiers]
+    routing = policy.routing if isinstance(policy, RouterPolicy) else {}
+    baselines: dict[str, tuple[str, str | None]] = {}
+    for name, tenant in tenants.tenants.items():
+        floor = routing[name].uniform_floor_tier if name in routing else None
+        baselines[name] = (names[tenant.top_tier], None if floor is None else names[floor])
+    return baselines
 
 
 def _file_stamp(path: Path | None) -> FileStamp | None:

@@ -454,12 +454,14 @@ class GatewayMetrics:
         ladder: Ladder,
     ) -> None:
         names, costs = ladder.names, ladder.costs
+        top, floor = ladder.baselines.get(tenant) or (
+            self.tenant_top_tier.get(tenant),
+            self.uniform_floor_tier.get(tenant),
+        )
         # A baseline tier missing from the record's ladder (served before a reload that
         # added it): the ladder's top for top_tier, and no uniform_floor credit.
-        top = self.tenant_top_tier.get(tenant)
         top_cost = costs[names.index(top)] if top in names else costs[-1]
         self._credit(add, tenant, "top_tier", tokens * top_cost, served_cost)
-        floor = self.uniform_floor_tier.get(tenant)
         if floor in names:
             floor_cost = costs[names.index(floor)]
             self._credit(add, tenant, "uniform_floor", tokens * floor_cost, served_cost)

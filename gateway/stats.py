@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from gateway.protocol import EndpointKind
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Ladder:
-    """Tier names and relative costs of the configuration a request was served under."""
+    """Tier names and relative costs of the configuration a request was served under, and
+    its tenants' savings baselines (compared by identity: one Ladder per configuration)."""
 
     names: tuple[str, ...]
     costs: tuple[float, ...]
+    # Per tenant, by tier name: (the best tier it may use, the uniform floor tier or None).
+    # A request routed before a reload that changed them is credited against these, not
+    # against the new ones. A tenant missing here takes the metrics' current baselines.
+    baselines: Mapping[str, tuple[str, str | None]] = field(default_factory=dict)
 
 
 class Attempt(NamedTuple):

@@ -11,6 +11,7 @@ from gateway.config import parse_settings
 from gateway.protocol import EndpointKind
 from gateway.routing.factory import build_policy
 from gateway.routing.router import RouterPolicy, Validation, ladder_positions, tune_on
+from gateway.stats import RequestRecord
 from gateway.tenants.registry import TenantRegistry
 from router_models.pretest import pretest
 from tests.helpers import API_KEY, MODEL, GatewayThread, Ladder, send
@@ -628,3 +629,40 @@ def test_a_tier_explicit_thresholds_leave_out_takes_the_equal_cost_rule() -> Non
     for question in QUESTIONS:
         request = {"model": MODEL, "messages": [{"role": "user", "content": question}]}
         assert policy.decide(request, "chat", tenant).tier != 0
+
+
+def test_a_request_routed_before_a_reload_is_credited_against_the_floor_it_was_routed_under(
+    ladder: Ladder,
+) -> None:
+    """At costs 0.1 / 0.3 / 1.0 the shipped model's floor is w4a16 at alpha 0.999 and nvfp4
+    at 0.97. A request routed to w4a16 under 0.999 (its floor: no saving, no overspend) that
+    finishes after a reload to 0.97 was credited against nvfp4, an overspend routing never
+    made (in flight across the reload, or only waiting for the next flush)."""
+    data = ladder.settings().model_dump(mode="json")
+    for tier, cost in zip(data["tiers"], (0.1, 0.3, 1.0), strict=True):
+        tier["cost"] = cost
+
+    def with_alpha(alpha: float) -> Any:
+        return parse_settings(
+            {**data, "tenants": [{"name": "t", "api_keys": [API_KEY], "alpha": alpha}]}
+        )
+
+    with GatewayThread(with_alpha(0.999), policy_factory=build_policy) as gw:
+        assert gw.app.metrics.uniform_floor_tier["t"] == "w4a16"
+        record = RequestRecord(
+            tenant="t",
+            kind="chat",
+            ladder=gw.app.runtime.hot_routes["/v1/chat/completions"].ladder,
+            status=200,
+            decided_tier=1,
+            served_tier=1,
+            reason="router",
+            prompt_tokens=6,
+            completion_tokens=4,
+        )
+        gw.app.reload(with_alpha(0.97))
+        assert gw.app.metrics.uniform_floor_tier["t"] == "nvfp4"
+        gw.app.metrics.record(record)
+        floor = {"tenant": "t", "baseline": "uniform_floor"}
+        assert gw.metric("tiergate_estimated_overspend_total", floor) == 0
+        assert gw.metric("tiergate_estimated_baseline_cost_total", floor) == pytest.approx(3.0)
