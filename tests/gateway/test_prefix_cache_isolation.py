@@ -16,7 +16,7 @@ from gateway.config import Settings, parse_settings
 from gateway.errors import InvalidRequestError
 from gateway.tenants.cache_salt import MAX_CLIENT_SALT_CHARS, client_salt, upstream_cache_salt
 from tests.fakes import FakeUpstream, Reply
-from tests.helpers import MODEL, GatewayThread, Sim, free_port, send
+from tests.helpers import MODEL, GatewayThread, Sim, free_port, send, wait_for
 
 KEYS = {"a": "key-a", "b": "key-b", "shared-1": "key-s1", "shared-2": "key-s2"}
 TENANTS = [
@@ -172,3 +172,46 @@ def test_an_engine_reuses_a_prompt_only_within_its_namespace() -> None:
             assert hits_of("shared-2") > 0  # tenants that share do, among themselves
     finally:
         sim.stop()
+
+
+def test_the_observers_replay_counts_the_hits_the_engine_counts() -> None:
+    """The replay keys each sampled prompt by the namespace its request was served in (the
+    proxy hands it on with the exchange): with every request sampled, its hit rate is the
+    engine's. In one namespace, b's copies of a's prompts read as hits the engine never had."""
+    sim = Sim("bf16", free_port(), f"{MODEL}-bf16", extra_args=("--prefix-caching",)).start()
+    try:
+        settings = ladder(f"{sim.url}/v1", sim.served_model_name)
+        observed = {"sample_rate": 1.0, "scrape_interval_s": 60.0, "plan_interval_s": 60.0}
+        settings = parse_settings(
+            settings.model_dump(mode="json")
+            | {"observer": observed, "admin": {"token": "adm"}}
+            | {"tenants": TENANTS}  # the dump masks the keys
+        )
+        prompts = [f"Reconcile ledger {i} line by line. " * 30 for i in range(2)]
+        sent = [("a", 0), ("b", 0), ("a", 0), ("shared-1", 1), ("shared-2", 1), ("b", 1)]
+        with GatewayThread(settings) as gw:
+            for tenant, i in sent:
+                messages = [{"role": "user", "content": prompts[i]}]
+                body = {"model": PINNED, "messages": messages, "max_tokens": 2}
+                assert (
+                    send("POST", f"{gw.url}/v1/chat/completions", body, key=KEYS[tenant]).status
+                    == 200
+                )
+
+            def view() -> Any:
+                return send("GET", f"{gw.url}/admin/regime", key="adm").json()
+
+            assert wait_for(lambda: view()["samples"]["processed"] == len(sent), 10.0)
+            replayed = view()["tiers"]["bf16"]["rho"]["lru"]
+        hits, queries = prefix_counter(sim, "hits"), prefix_counter(sim, "queries")
+        assert 0 < hits < queries
+        assert replayed == pytest.approx(hits / queries)
+    finally:
+        sim.stop()
+
+
+def prefix_counter(sim: Sim, name: str) -> float:
+    for line in sim.metrics_text().splitlines():
+        if line.startswith(f"vllm:prefix_cache_{name}_total{{"):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no prefix_cache_{name}_total on the page")
