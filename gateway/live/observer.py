@@ -161,6 +161,12 @@ def chat_template_fields(request: dict[str, Any]) -> dict[str, Any]:
     return {key: request[key] for key in CHAT_TEMPLATE_FIELDS if request.get(key) is not None}
 
 
+def _choices(request: dict[str, Any]) -> int:
+    """The engine requests one client request becomes (`n`, validated upstream of here)."""
+    n = request.get("n")
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1
+
+
 def _known_flags(running: RunningFlags) -> dict[str, bool] | None:
     """What the tier runs, for `plan --from-gateway` to keep an unmeasured toggle as it is;
     None unless both flags are known (a half-known configuration is not one to keep)."""
@@ -489,14 +495,16 @@ class LiveObserver:
         if not prompt_ids:
             return
         tracker = state.tracker
-        tracker.prompt_sampled(
-            sample.tier,
-            sample.tenant,
-            sample.at,
-            prompt_ids,
-            sample.rate,
-            cache_salt=sample.cache_salt,
-        )
+        # vLLM looks each of n choices up on its own: the later ones hit the first's blocks.
+        for _ in range(_choices(request)):
+            tracker.prompt_sampled(
+                sample.tier,
+                sample.tenant,
+                sample.at,
+                prompt_ids,
+                sample.rate,
+                cache_salt=sample.cache_salt,
+            )
         if completion_ids:
             tracker.completion_sampled(
                 sample.tier,

@@ -15,7 +15,9 @@ from typing import Final
 
 from gateway.errors import InvalidRequestError
 
-# vLLM's own bounds (`validate_cache_salt`): the engine refuses anything else with a 400.
+# vLLM 0.32's bounds (`validate_cache_salt`, entrypoints/generate/base/protocol.py): the
+# engine refuses anything else with a 400, and so does the gateway, though it sends only a
+# digest, so that a client sees the same answer with or without it in front.
 MAX_CLIENT_SALT_CHARS: Final = 128
 _FORBIDDEN_CHARS: Final = frozenset("@/\\\0")
 # Not a character a tenant name may start with: shared tenants' client salts stay apart

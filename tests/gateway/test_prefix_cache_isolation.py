@@ -188,11 +188,13 @@ def test_the_observers_replay_counts_the_hits_the_engine_counts() -> None:
             | {"tenants": TENANTS}  # the dump masks the keys
         )
         prompts = [f"Reconcile ledger {i} line by line. " * 30 for i in range(2)]
-        sent = [("a", 0), ("b", 0), ("a", 0), ("shared-1", 1), ("shared-2", 1), ("b", 1)]
+        # The engine looks each of n choices up: the second hits the first's blocks.
+        sent = [("a", 0, 1), ("b", 0, 2), ("a", 0, 1), ("shared-1", 1, 1), ("shared-2", 1, 3)]
+        sent += [("b", 1, 1)]
         with GatewayThread(settings) as gw:
-            for tenant, i in sent:
+            for tenant, i, n in sent:
                 messages = [{"role": "user", "content": prompts[i]}]
-                body = {"model": PINNED, "messages": messages, "max_tokens": 2}
+                body = {"model": PINNED, "messages": messages, "max_tokens": 2, "n": n}
                 assert (
                     send("POST", f"{gw.url}/v1/chat/completions", body, key=KEYS[tenant]).status
                     == 200
