@@ -420,24 +420,27 @@ class SimServer:
         )
 
     def _token_budget(self, kind: EndpointKind, request: dict[str, Any], prompt_tokens: int) -> int:
-        """The tokens an answer may have; vLLM's errors for a prompt or max_tokens too long."""
+        """The tokens an answer may have; vLLM's errors for a prompt or max_tokens too long.
+        As vLLM 0.32 (get_max_tokens), a max_tokens within max_model_len but beyond what the
+        prompt leaves is cut to the rest of the context (the answer then ends at "length");
+        only one above max_model_len itself is refused."""
         max_model_len = self.config.max_model_len
+        field, max_tokens = completion_budget(kind, request)
+        if max_tokens is not None and max_tokens > max_model_len:
+            raise SimError(
+                400,
+                f"{field}={max_tokens} cannot be greater than max_model_len={max_model_len}. "
+                f"Please request fewer output tokens. (parameter={field}, value={max_tokens})",
+                field,
+            )
         if prompt_tokens >= max_model_len:
             raise SimError(
                 400,
                 f"This model's maximum context length is {max_model_len} tokens. "
                 f"However, your request has {prompt_tokens} input tokens.",
             )
-        _, max_tokens = completion_budget(kind, request)
         budget = max_model_len - prompt_tokens
-        if max_tokens is not None and max_tokens > budget:
-            raise SimError(
-                400,
-                f"'max_tokens' is too large: {max_tokens}. This model's maximum context length "
-                f"is {max_model_len} tokens and your request has {prompt_tokens} input tokens.",
-                "max_tokens",
-            )
-        return int(max_tokens) if max_tokens is not None else budget
+        return budget if max_tokens is None else min(int(max_tokens), budget)
 
     def _usage(self, prepared: Prepared, *, details: bool = True) -> dict[str, Any]:
         completion = sum(seq.emitted for seq in prepared.group.sequences)

@@ -227,4 +227,4 @@ def test_a_request_the_engine_refuses_costs_no_tokens(ladder: Ladder) -> None:
         for _ in range(4):  # each is estimated at about 40k tokens
             status, _, body = call(running, "sk-t", chat(max_tokens=40_000))
             assert status == 400, body
-            assert "maximum context length" in body["error"]["message"]
+            assert "cannot be greater than max_model_len" in body["error"]["message"]

@@ -261,6 +261,33 @@ def test_min_tokens_above_max_tokens_is_a_400(path: str) -> None:
     run(check)
 
 
+def test_max_tokens_past_the_context_left_is_cut_to_it_and_above_max_model_len_refused() -> None:
+    """vLLM 0.32 (get_max_tokens) cuts a max_tokens the prompt leaves too little room for to
+    the rest of the context, so the answer ends at "length" there; only a max_tokens above
+    max_model_len itself is its 400. Completions' default of 16 is cut the same way."""
+
+    async def check(server: SimServer) -> None:
+        max_model_len = server.config.max_model_len
+        prompt = "word " * (max_model_len - 5)  # 5 tokens of context left
+        for fields in ({"max_tokens": 10}, {}):
+            reply = await call(
+                server, "POST", COMPLETIONS, completion(prompt=prompt, ignore_eos=True, **fields)
+            )
+            assert reply.status == 200, reply.body
+            answer = reply.json()
+            assert answer["usage"]["completion_tokens"] == 5
+            assert answer["choices"][0]["finish_reason"] == "length"
+        error = assert_vllm_400(
+            await call(server, "POST", CHAT, chat(max_tokens=max_model_len + 1))
+        )
+        assert error["param"] == "max_tokens"
+        assert error["message"].startswith(
+            f"max_tokens={max_model_len + 1} cannot be greater than max_model_len={max_model_len}."
+        )
+
+    run(check)
+
+
 @pytest.mark.parametrize("path", [CHAT, COMPLETIONS])
 def test_more_logprobs_than_the_engines_max_is_its_400(path: str) -> None:
     """The upper bound is vLLM's --max-logprobs (20 by default; -1 asks for the whole
