@@ -717,7 +717,7 @@ def _plan_call(request: dict[str, Any]) -> PlannedCall | None:
     try:
         return plan_call(request)
     except ToolChoiceError as exc:
-        raise SimError(400, str(exc), "tool_choice") from None
+        raise SimError(400, str(exc), exc.param) from None
 
 
 def _call_answer(

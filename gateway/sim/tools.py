@@ -24,7 +24,11 @@ ToolMode = Literal["auto", "required", "named"]
 
 
 class ToolChoiceError(ValueError):
-    """A `tool_choice` vLLM refuses with a 400."""
+    """A `tool_choice` (or `tools`) vLLM refuses with a 400; `param` names the field."""
+
+    def __init__(self, message: str, param: str = "tool_choice") -> None:
+        super().__init__(message)
+        self.param = param
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +67,7 @@ def reported_finish_reason(engine_reason: str, call: ToolCallAnswer | None) -> s
 
 def plan_call(request: dict[str, Any]) -> PlannedCall | None:
     """The call a chat request answers with, None for a text answer."""
+    _refuse_tool_usage(request)
     tools = request.get("tools") or []
     choice = request.get("tool_choice")
     if not tools or choice == "none":
@@ -95,6 +100,28 @@ def answer_call(
         "function": {"name": plan.name, "arguments": "".join(cut.texts)},
     }
     return cut, ToolCallAnswer(call, plan.mode)
+
+
+def _refuse_tool_usage(request: dict[str, Any]) -> None:
+    """vLLM's 400s for `tools` and `tool_choice` that do not go together (its request
+    model's check_tool_usage): no empty tools, no tool_choice but "none" without tools, and
+    only "auto", "required" or a named function as a string's alternatives."""
+    tools, choice = request.get("tools"), request.get("tool_choice")
+    if tools == []:
+        raise ToolChoiceError(
+            "`tools` must not be an empty array. "
+            "Either provide at least one tool or omit the field entirely.",
+            "tools",
+        )
+    if choice is None or choice == "none":
+        return
+    if tools is None:
+        raise ToolChoiceError("When using `tool_choice`, `tools` must be set.")
+    if choice not in ("auto", "required") and not isinstance(choice, dict):
+        raise ToolChoiceError(
+            f"Invalid value for `tool_choice`: {choice}! "
+            'Only named tools, "none", "auto" or "required" are supported.'
+        )
 
 
 def _function_name(tool: Any) -> str:

@@ -177,6 +177,29 @@ def test_a_named_tool_choice_must_name_one_of_the_tools() -> None:
     run(check)
 
 
+@pytest.mark.parametrize(
+    ("fields", "param", "message"),
+    [
+        ({"tools": []}, "tools", "`tools` must not be an empty array."),
+        ({"tool_choice": "auto"}, "tool_choice", "When using `tool_choice`, `tools` must be set."),
+        ({"tool_choice": "required"}, "tool_choice", "`tools` must be set."),
+        ({"tools": TOOLS, "tool_choice": "any"}, "tool_choice", "Invalid value for `tool_choice`"),
+    ],
+    ids=["empty-tools", "auto-without-tools", "required-without-tools", "unknown-choice"],
+)
+def test_tools_and_tool_choice_that_do_not_go_together_are_vllms_400(
+    fields: dict[str, Any], param: str, message: str
+) -> None:
+    """vLLM's request model (check_tool_usage) refuses these; "none" needs no tools."""
+
+    async def check(server: SimServer) -> None:
+        error = assert_vllm_400(await call(server, "POST", CHAT, chat(**fields)))
+        assert error["param"] == param and message in error["message"], error
+        assert (await call(server, "POST", CHAT, chat(tool_choice="none"))).status == 200
+
+    run(check)
+
+
 # -- stop strings ------------------------------------------------------------------------------
 async def answer_text(server: SimServer, **fields: Any) -> tuple[str, int]:
     reply = (await call(server, "POST", COMPLETIONS, completion(seed=5, **fields))).json()
