@@ -790,6 +790,8 @@ def _refuse_unsupported(kind: EndpointKind, request: dict[str, Any]) -> None:
             f"response_format type must be one of {', '.join(_RESPONSE_FORMATS)}",
             "response_format",
         )
+    if response_format is not None and response_format.get("type") == "json_schema":
+        _refuse_schemaless_json_schema(response_format.get("json_schema"))
     if kind != "completions":
         return
     if request.get("suffix") is not None:
@@ -802,6 +804,25 @@ def _refuse_unsupported(kind: EndpointKind, request: dict[str, Any]) -> None:
 
 # What vLLM's request models take as response_format's type (a Literal per variant).
 _RESPONSE_FORMATS: Final = ("text", "json_object", "json_schema", "structural_tag")
+
+
+def _refuse_schemaless_json_schema(json_schema: Any) -> None:
+    """vLLM's 400s for a json_schema response_format without its json_schema object (the
+    request models' validate_response_format), or with one that has no `name` (a required
+    field of its JsonSchemaResponseFormat)."""
+    if json_schema is None:
+        raise SimError(
+            400,
+            "When response_format type is 'json_schema', the 'json_schema' field must be "
+            "provided.",
+            "response_format",
+        )
+    if not isinstance(json_schema, dict) or not isinstance(json_schema.get("name"), str):
+        raise SimError(
+            400,
+            "response_format.json_schema must be an object with a string 'name'.",
+            "response_format.json_schema.name",
+        )
 
 
 def _token_id_prompts(prompt: str | list[Any]) -> list[list[int]]:
