@@ -312,6 +312,7 @@ class SimServer:
             )
         responses_request = None
         if kind == "responses":  # answered as the chat it stands for, rendered back later
+            _refuse_responses_tool_choice(request)
             responses_request, request = request, sim_responses.as_chat_request(request)
         prepared = self._prepare_parsed("chat" if kind == "responses" else kind, request)
         prepared.kind, prepared.responses_request = kind, responses_request
@@ -823,6 +824,21 @@ def _refuse_schemaless_json_schema(json_schema: Any) -> None:
             "response_format.json_schema must be an object with a string 'name'.",
             "response_format.json_schema.name",
         )
+
+
+def _refuse_responses_tool_choice(request: dict[str, Any]) -> None:
+    """vLLM's 400s for a Responses tool_choice that needs tools when there are none (its
+    ResponsesRequest.check_tool_usage; "auto" and "none" then mean "none")."""
+    if request.get("tools"):
+        return
+    choice = request.get("tool_choice")
+    if choice == "required":
+        message = "Tool choice 'required' must be specified with 'tools' parameter."
+    elif isinstance(choice, dict) and choice.get("type") in ("function", "custom"):
+        message = "Tool choice 'function' not found in 'tools' parameter."
+    else:
+        return
+    raise SimError(400, message, "tool_choice")
 
 
 def _token_id_prompts(prompt: str | list[Any]) -> list[list[int]]:

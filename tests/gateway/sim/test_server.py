@@ -200,6 +200,30 @@ def test_tools_and_tool_choice_that_do_not_go_together_are_vllms_400(
     run(check)
 
 
+@pytest.mark.parametrize(
+    ("tool_choice", "message"),
+    [
+        ("required", "Tool choice 'required' must be specified with 'tools' parameter."),
+        ({"type": "function", "name": "a"}, "Tool choice 'function' not found in 'tools'"),
+    ],
+    ids=["required", "named"],
+)
+def test_a_responses_tool_choice_that_needs_tools_without_them_is_vllms_400(
+    tool_choice: Any, message: str
+) -> None:
+    """vLLM's ResponsesRequest.check_tool_usage; without tools "auto" is "none"."""
+
+    async def check(server: SimServer) -> None:
+        body = {"model": "sim-test", "input": "hi", "max_output_tokens": 4}
+        reply = await call(server, "POST", "/v1/responses", body | {"tool_choice": tool_choice})
+        error = assert_vllm_400(reply)
+        assert error["param"] == "tool_choice" and message in error["message"], error
+        auto = await call(server, "POST", "/v1/responses", body | {"tool_choice": "auto"})
+        assert auto.status == 200, auto.body
+
+    run(check)
+
+
 # -- stop strings ------------------------------------------------------------------------------
 async def answer_text(server: SimServer, **fields: Any) -> tuple[str, int]:
     reply = (await call(server, "POST", COMPLETIONS, completion(seed=5, **fields))).json()
