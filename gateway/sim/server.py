@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import math
 import random
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
 import orjson
 from pydantic import TypeAdapter, ValidationError
@@ -778,6 +779,7 @@ def _refuse_unsupported(kind: EndpointKind, request: dict[str, Any]) -> None:
     if stops == "" or (isinstance(stops, list) and "" in stops):
         # vLLM's SamplingParams refuses it: an empty string would match at once.
         raise SimError(400, "stop cannot contain an empty string.")
+    _refuse_sampling_out_of_range(request)
     choices = request.get("n") or 1
     if choices > 1 and _is_greedy(request.get("temperature")):
         raise SimError(400, f"n must be 1 when using greedy sampling, got {choices}.")
@@ -824,6 +826,28 @@ def _refuse_schemaless_json_schema(json_schema: Any) -> None:
             "response_format.json_schema must be an object with a string 'name'.",
             "response_format.json_schema.name",
         )
+
+
+def _refuse_sampling_out_of_range(request: dict[str, Any]) -> None:
+    """vLLM's SamplingParams 400s for the sampling fields the gateway passes through
+    unchecked: top_p 0, top_k below -1 or fractional, min_p outside [0, 1], a
+    repetition_penalty that is not a positive finite number."""
+    top_p, top_k = request.get("top_p"), request.get("top_k")
+    min_p, penalty = request.get("min_p"), request.get("repetition_penalty")
+    if _is_number(top_p) and not 0.0 < top_p <= 1.0:
+        raise SimError(400, f"top_p must be in (0, 1], got {top_p}.", "top_p")
+    if _is_number(top_k) and top_k != int(top_k):
+        raise SimError(400, "Invalid value for 'top_k': Input should be a valid integer.", "top_k")
+    if _is_number(top_k) and top_k < -1:
+        raise SimError(400, f"top_k must be 0 (disable), or at least 1, got {top_k}.")
+    if _is_number(min_p) and not 0.0 <= min_p <= 1.0:
+        raise SimError(400, f"min_p must be in [0, 1], got {min_p}.")
+    if _is_number(penalty) and not (math.isfinite(penalty) and penalty > 0.0):
+        raise SimError(400, f"repetition_penalty must be greater than zero, got {penalty}.")
+
+
+def _is_number(value: Any) -> TypeGuard[float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _refuse_responses_tool_choice(request: dict[str, Any]) -> None:

@@ -402,6 +402,32 @@ def test_a_response_format_vllm_has_no_model_for_is_a_400(path: str, response_fo
     run(check)
 
 
+@pytest.mark.parametrize("path", [CHAT, COMPLETIONS])
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"top_p": 0}, "top_p must be in (0, 1], got 0."),
+        ({"top_k": -5}, "top_k must be 0 (disable), or at least 1, got -5."),
+        ({"top_k": 1.5}, "Invalid value for 'top_k': Input should be a valid integer."),
+        ({"min_p": 2}, "min_p must be in [0, 1], got 2."),
+        ({"repetition_penalty": 0}, "repetition_penalty must be greater than zero, got 0."),
+    ],
+)
+def test_sampling_values_vllms_sampling_params_refuse_are_a_400(
+    path: str, fields: dict[str, Any], message: str
+) -> None:
+    """The gateway passes these fields through; vLLM's SamplingParams checks them."""
+
+    async def check(server: SimServer) -> None:
+        make = chat if path == CHAT else completion
+        error = assert_vllm_400(await call(server, "POST", path, make(max_tokens=2, **fields)))
+        assert error["message"] == message
+        fine = {"top_p": 0.5, "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.2}
+        assert (await call(server, "POST", path, make(max_tokens=2, **fine))).status == 200
+
+    run(check)
+
+
 @pytest.mark.parametrize("temperature", [0, 1e-6])
 def test_n_choices_under_greedy_sampling_are_a_400(temperature: float) -> None:
     async def check(server: SimServer) -> None:
