@@ -780,6 +780,7 @@ def _refuse_unsupported(kind: EndpointKind, request: dict[str, Any]) -> None:
         # vLLM's SamplingParams refuses it: an empty string would match at once.
         raise SimError(400, "stop cannot contain an empty string.")
     _refuse_sampling_out_of_range(request)
+    _refuse_prompt_logprobs(request)
     choices = request.get("n") or 1
     if choices > 1 and _is_greedy(request.get("temperature")):
         raise SimError(400, f"n must be 1 when using greedy sampling, got {choices}.")
@@ -844,6 +845,30 @@ def _refuse_sampling_out_of_range(request: dict[str, Any]) -> None:
         raise SimError(400, f"min_p must be in [0, 1], got {min_p}.")
     if _is_number(penalty) and not (math.isfinite(penalty) and penalty > 0.0):
         raise SimError(400, f"repetition_penalty must be greater than zero, got {penalty}.")
+
+
+def _refuse_prompt_logprobs(request: dict[str, Any]) -> None:
+    """vLLM's 400s for `prompt_logprobs` (its request models' check_logprobs, then the
+    engine's --max-logprobs bound, where -1 is the whole vocabulary)."""
+    asked = request.get("prompt_logprobs")
+    if asked is None:
+        return
+    if not _is_number(asked):
+        raise SimError(400, "`prompt_logprobs` must be an integer.", "prompt_logprobs")
+    if request.get("stream") and (asked > 0 or asked == -1):
+        raise SimError(
+            400, "`prompt_logprobs` are not available when `stream=True`.", "prompt_logprobs"
+        )
+    if asked < 0 and asked != -1:
+        raise SimError(400, "`prompt_logprobs` must be a positive value or -1.", "prompt_logprobs")
+    wanted = tokenizer.VOCAB_SIZE if asked == -1 else asked
+    if wanted > MAX_LOGPROBS:
+        raise SimError(
+            400,
+            f"Requested prompt logprobs of {wanted}, which is greater than max allowed: "
+            f"{MAX_LOGPROBS}",
+            "prompt_logprobs",
+        )
 
 
 def _is_number(value: Any) -> TypeGuard[float]:

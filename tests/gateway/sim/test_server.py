@@ -428,6 +428,29 @@ def test_sampling_values_vllms_sampling_params_refuse_are_a_400(
     run(check)
 
 
+@pytest.mark.parametrize("path", [CHAT, COMPLETIONS])
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"prompt_logprobs": 1, "stream": True}, "are not available when `stream=True`"),
+        ({"prompt_logprobs": -2}, "must be a positive value or -1"),
+        ({"prompt_logprobs": "1"}, "must be an integer"),
+        ({"prompt_logprobs": 21}, "Requested prompt logprobs of 21, which is greater than"),
+    ],
+)
+def test_prompt_logprobs_vllm_refuses_are_a_400(
+    path: str, fields: dict[str, Any], message: str
+) -> None:
+    async def check(server: SimServer) -> None:
+        make = chat if path == CHAT else completion
+        error = assert_vllm_400(await call(server, "POST", path, make(max_tokens=2, **fields)))
+        assert error["param"] == "prompt_logprobs" and message in error["message"], error
+        fine = make(max_tokens=2, prompt_logprobs=0, stream=True)  # 0 asks for none
+        assert (await call(server, "POST", path, fine)).status == 200
+
+    run(check)
+
+
 @pytest.mark.parametrize("temperature", [0, 1e-6])
 def test_n_choices_under_greedy_sampling_are_a_400(temperature: float) -> None:
     async def check(server: SimServer) -> None:
