@@ -796,6 +796,14 @@ def _refuse_unsupported(kind: EndpointKind, request: dict[str, Any]) -> None:
         )
     if response_format is not None and response_format.get("type") == "json_schema":
         _refuse_schemaless_json_schema(response_format.get("json_schema"))
+    if kind == "chat" and request.get("continue_final_message") and request.get(
+        "add_generation_prompt", True
+    ):
+        # vLLM's check_generation_prompt; add_generation_prompt is true unless turned off
+        raise SimError(
+            400,
+            "Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
+        )
     if kind != "completions":
         return
     if request.get("suffix") is not None:

@@ -451,6 +451,18 @@ def test_prompt_logprobs_vllm_refuses_are_a_400(
     run(check)
 
 
+def test_continue_final_message_needs_add_generation_prompt_off() -> None:
+    """vLLM's check_generation_prompt: add_generation_prompt defaults to true."""
+
+    async def check(server: SimServer) -> None:
+        error = assert_vllm_400(await call(server, "POST", CHAT, chat(continue_final_message=True)))
+        assert "Cannot set both `continue_final_message`" in error["message"]
+        off = chat(continue_final_message=True, add_generation_prompt=False)
+        assert (await call(server, "POST", CHAT, off)).status == 200
+
+    run(check)
+
+
 @pytest.mark.parametrize("temperature", [0, 1e-6])
 def test_n_choices_under_greedy_sampling_are_a_400(temperature: float) -> None:
     async def check(server: SimServer) -> None:
