@@ -796,8 +796,10 @@ def _refuse_unsupported(kind: EndpointKind, request: dict[str, Any]) -> None:
         )
     if response_format is not None and response_format.get("type") == "json_schema":
         _refuse_schemaless_json_schema(response_format.get("json_schema"))
-    if kind == "chat" and request.get("continue_final_message") and request.get(
-        "add_generation_prompt", True
+    if (
+        kind == "chat"
+        and request.get("continue_final_message")
+        and request.get("add_generation_prompt", True)
     ):
         # vLLM's check_generation_prompt; add_generation_prompt is true unless turned off
         raise SimError(
@@ -825,8 +827,7 @@ def _refuse_schemaless_json_schema(json_schema: Any) -> None:
     if json_schema is None:
         raise SimError(
             400,
-            "When response_format type is 'json_schema', the 'json_schema' field must be "
-            "provided.",
+            "When response_format type is 'json_schema', the 'json_schema' field must be provided.",
             "response_format",
         )
     if not isinstance(json_schema, dict) or not isinstance(json_schema.get("name"), str):
