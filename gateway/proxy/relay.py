@@ -15,9 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import orjson
+
 from gateway.backends.h1client import (
     UpstreamConnectError,
     UpstreamFailure,
+    UpstreamProtocolError,
     UpstreamResponse,
     UpstreamTimeout,
     UpstreamTooLarge,
@@ -41,6 +44,8 @@ _USAGE_MARKERS: Final = (b'"usage":{', b'"usage": {')
 # generation fails after the headers; a Responses stream names an `error` event. Inside a
 # JSON string `"` is escaped and a newline cannot occur, so neither can be content.
 _ENGINE_ERROR_MARKERS: Final = (b'data: {"error"', b"event: error\n")
+_JSON_OPENINGS: Final = (b"{", b"[")
+_DONE: Final = b"[DONE]"
 _SEQUENCE_KEY: Final = b'"sequence_number":'
 _SEQUENCE_VALUE: Final = re.compile(rb" *(\d+)")
 _COMMENT: Final = ord(":")  # an SSE line that begins with a colon is a comment
@@ -192,7 +197,7 @@ async def _relay_events(exchange: Exchange, response: UpstreamResponse, stall_s:
                 return False
         tail = buffer.flush()  # an upstream that ended without a blank line
         if tail:
-            tail = _outgoing(exchange, tail)
+            tail = _outgoing(exchange, _ended(tail))
         if tail:
             await channel.body(tail, more=True)
         await channel.body(b"", more=False)
@@ -213,6 +218,22 @@ async def _relay_events(exchange: Exchange, response: UpstreamResponse, stall_s:
         await channel.body(event, more=False)
         # Past the headers only total_s can time out.
         return not isinstance(exc, UpstreamTimeout) or time.perf_counter() - last_read >= stall_s
+
+
+def _ended(tail: bytes) -> bytes:
+    """The last event of an upstream that ended without its blank line, with that line: an
+    SSE client dispatches no event before it (the OpenAI SDKs dropped the last chunk, its
+    finish_reason or usage with it). An event whose JSON is cut short is no event but a
+    stream that broke off: the client is told, as of any upstream failure."""
+    data = b"\n".join(
+        line[5:].removeprefix(b" ") for line in tail.split(b"\n") if line.startswith(b"data:")
+    )
+    if data[:1] in _JSON_OPENINGS and data != _DONE:
+        try:
+            orjson.loads(data)
+        except orjson.JSONDecodeError:
+            raise UpstreamProtocolError("the upstream ended the stream mid-event") from None
+    return tail + (b"\n" if tail.endswith(b"\n") else b"\n\n")
 
 
 def _last_sequence_number(events: bytes) -> int:

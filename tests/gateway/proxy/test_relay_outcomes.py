@@ -349,3 +349,24 @@ def test_a_responses_error_event_follows_the_last_event_of_a_batch_of_several() 
     asyncio.run(relay_stream(exchange, response, stall_s=60.0))
     data = relayed_body(sent).rsplit(b"data: ", 1)[-1]
     assert json.loads(data)["sequence_number"] == 101
+
+
+@pytest.mark.parametrize("ending", [b"", b"\n"], ids=["no_line_end", "one_line_end"])
+def test_a_last_event_without_its_blank_line_reaches_the_client_ended(ending: bytes) -> None:
+    """An SSE client dispatches an event at its blank line only: relayed without it, the
+    OpenAI SDK dropped the stream's last chunk (its finish_reason, its usage)."""
+    last = b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}' + ending
+    failed, exchange, sent, _ = _stream([CHUNK, last])
+    assert not failed and not exchange.record.error_after_first_byte
+    assert relayed_body(sent) == CHUNK + last.rstrip(b"\n") + b"\n\n"
+
+
+def test_a_stream_that_ends_mid_event_ends_with_an_error_event() -> None:
+    """An upstream that closed its stream cleanly in the middle of an event: the fragment
+    was relayed as it was, the SDK dropped it, and the client got a shortened answer as a
+    success, with no error, and the engine counted no failure."""
+    failed, exchange, sent, _ = _stream([CHUNK, CHUNK[:30]])
+    assert failed and exchange.record.error_after_first_byte
+    body = relayed_body(sent)
+    assert body.startswith(CHUNK) and b"ended the stream mid-event" in body
+    assert CHUNK[:30] not in body[len(CHUNK) :]
