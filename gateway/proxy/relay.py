@@ -42,8 +42,14 @@ MAX_RESPONSE_BYTES: Final = 64 * 1024 * 1024
 _USAGE_MARKERS: Final = (b'"usage":{', b'"usage": {')
 # An engine's own error mid-stream: vLLM yields `data: {"error": ...}` (then [DONE]) when
 # generation fails after the headers; a Responses stream names an `error` event. Inside a
-# JSON string `"` is escaped and a newline cannot occur, so neither can be content.
-_ENGINE_ERROR_MARKERS: Final = (b'data: {"error"', b"event: error\n")
+# JSON string `"` is escaped and a newline cannot occur, so neither can be content. The
+# space after a field's colon is optional in SSE (other servers leave it out).
+_ENGINE_ERROR_MARKERS: Final = (
+    b'data: {"error"',
+    b"event: error\n",
+    b'data:{"error"',
+    b"event:error\n",
+)
 _JSON_OPENINGS: Final = (b"{", b"[")
 _DONE: Final = b"[DONE]"
 _SEQUENCE_KEY: Final = b'"sequence_number":'
@@ -250,9 +256,7 @@ def _outgoing(exchange: Exchange, events: bytes) -> bytes:
     if record.ttft_s is None and not holds_no_output(exchange.kind, events):
         record.ttft_s = time.perf_counter() - exchange.started
     # One scan for what both markers hold, most events have neither (about 0.4 us a scan).
-    if b"error" in events and (
-        _ENGINE_ERROR_MARKERS[0] in events or _ENGINE_ERROR_MARKERS[1] in events
-    ):
+    if b"error" in events and any(marker in events for marker in _ENGINE_ERROR_MARKERS):
         # Relayed as it is (already OpenAI's shape), but no success: a stream error, and
         # the engine's failure.
         record.error_after_first_byte = True

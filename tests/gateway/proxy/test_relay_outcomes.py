@@ -121,6 +121,9 @@ def _stream(
     [
         b'data: {"error":{"message":"engine died","code":500}}\n\n',  # chat, completions
         b'event: error\ndata: {"type":"error","message":"engine died"}\n\n',  # Responses
+        # SSE's space after the colon is optional: without it the error passed for success.
+        b'data:{"error":{"message":"engine died","code":500}}\n\n',
+        b'event:error\ndata:{"type":"error","message":"engine died"}\n\n',
     ],
 )
 def test_an_engines_error_event_is_relayed_and_is_the_engines_failure(error: bytes) -> None:
