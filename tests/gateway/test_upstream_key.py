@@ -93,7 +93,7 @@ def test_a_refused_reload_leaves_kept_endpoints_as_they_were(
         for tier in data["tiers"]:
             tier.update(api_key="sk-other", max_inflight_per_endpoint=9)
         data["shadow"] = {"rate": 1.0, "label_log": str(blocker / "labels.jsonl")}
-        with pytest.raises(ConfigError, match="shadow.label_log"):
+        with pytest.raises(ConfigError, match=r"shadow\.label_log"):
             gw.app.reload(parse_settings(data))
         assert gw.app.runtime is runtime
         header = f"authorization: Bearer {ENGINE_KEY}\r\n".encode()
