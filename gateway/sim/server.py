@@ -870,14 +870,7 @@ def _refuse_prompt_logprobs(request: dict[str, Any]) -> None:
         )
     if asked < 0 and asked != -1:
         raise SimError(400, "`prompt_logprobs` must be a positive value or -1.", "prompt_logprobs")
-    wanted = tokenizer.VOCAB_SIZE if asked == -1 else asked
-    if wanted > MAX_LOGPROBS:
-        raise SimError(
-            400,
-            f"Requested prompt logprobs of {wanted}, which is greater than max allowed: "
-            f"{MAX_LOGPROBS}",
-            "prompt_logprobs",
-        )
+    _refuse_above_max_logprobs(asked, "prompt", "prompt_logprobs")
 
 
 def _is_number(value: Any) -> TypeGuard[float]:
@@ -945,15 +938,20 @@ def _top_logprobs(kind: EndpointKind, request: dict[str, Any]) -> int | None:
 
 
 def _within_max_logprobs(top: int) -> int:
+    _refuse_above_max_logprobs(top, "sample", "logprobs")
+    return top
+
+
+def _refuse_above_max_logprobs(top: float, kind: str, param: str) -> None:
+    """vLLM's 400 for more logprobs than --max-logprobs (-1: the whole vocabulary)."""
     wanted = tokenizer.VOCAB_SIZE if top == -1 else top
     if wanted > MAX_LOGPROBS:
         raise SimError(
             400,
-            f"Requested sample logprobs of {wanted}, which is greater than max allowed: "
+            f"Requested {kind} logprobs of {wanted}, which is greater than max allowed: "
             f"{MAX_LOGPROBS}",
-            "logprobs",
+            param,
         )
-    return top
 
 
 async def _read(receive: Receive) -> bytes:
