@@ -23,7 +23,7 @@ from gateway.observer.prefix_replay import PrefixCacheReplay, salt_key
 from gateway.planner.costmodel import CostModel
 from gateway.precision import Precision
 from gateway.sim import tokenizer
-from gateway.sim.histogram import Histogram, one_two_five_bounds
+from gateway.sim.histogram import TIME_TO_FIRST_TOKEN_BUCKETS, Histogram, one_two_five_bounds
 from gateway.sim.stops import spaced_texts
 
 
@@ -122,7 +122,7 @@ class EngineCounters:
     finished: dict[str, int] = field(default_factory=dict)
     steps: int = 0
     # Per sequence, as vLLM observes them per child request when n > 1.
-    ttft: Histogram = field(default_factory=Histogram)
+    ttft: Histogram = field(default_factory=lambda: Histogram(TIME_TO_FIRST_TOKEN_BUCKETS))
     e2e: Histogram = field(default_factory=Histogram)
     # Per finished sequence, as vLLM observes them (request_prompt_tokens and
     # request_generation_tokens); bounded to max_model_len by the engine.

@@ -9,7 +9,15 @@ from typing import Final
 
 from prometheus_client.core import HistogramMetricFamily
 
-BUCKETS: Final = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+# vLLM 0.32's bounds (v1/metrics/buckets.py), so that dashboards and quantiles read alike.
+REQUEST_LATENCY_BUCKETS: Final = (
+    *(0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0),
+    *(120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0),
+)
+TIME_TO_FIRST_TOKEN_BUCKETS: Final = (
+    *(0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0),
+    *(7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0),
+)
 
 
 def one_two_five_bounds(largest: int) -> tuple[float, ...]:
@@ -26,7 +34,7 @@ def one_two_five_bounds(largest: int) -> tuple[float, ...]:
 
 @dataclass(slots=True)
 class Histogram:
-    bounds: tuple[float, ...] = BUCKETS
+    bounds: tuple[float, ...] = REQUEST_LATENCY_BUCKETS
     counts: list[int] = field(default_factory=list)
     total: float = 0.0
 
@@ -52,4 +60,9 @@ class Histogram:
         return family
 
 
-__all__ = ["BUCKETS", "Histogram", "one_two_five_bounds"]
+__all__ = [
+    "REQUEST_LATENCY_BUCKETS",
+    "TIME_TO_FIRST_TOKEN_BUCKETS",
+    "Histogram",
+    "one_two_five_bounds",
+]

@@ -632,6 +632,25 @@ def test_tokens_per_finished_request_are_histograms_as_vllms() -> None:
     run(check)
 
 
+def test_latency_histograms_have_vllms_buckets() -> None:
+    """Quantiles over the simulator's latencies read as over vLLM's: the same bounds."""
+
+    async def check(server: SimServer) -> None:
+        page = (await call(server, "GET", "/metrics")).body.decode()
+
+        def bounds(name: str) -> list[float]:
+            prefix = f"vllm:{name}_bucket{{"
+            lines = [line for line in page.splitlines() if line.startswith(prefix)]
+            return [float(line.split('le="')[1].split('"')[0]) for line in lines]
+
+        assert bounds("e2e_request_latency_seconds")[:3] == [0.3, 0.5, 0.8]
+        assert bounds("e2e_request_latency_seconds")[-2:] == [7680.0, float("inf")]
+        assert bounds("time_to_first_token_seconds")[:2] == [0.001, 0.005]
+        assert bounds("time_to_first_token_seconds")[-2:] == [2560.0, float("inf")]
+
+    run(check)
+
+
 def test_a_dropped_stream_is_not_counted_as_finished() -> None:
     async def check(server: SimServer) -> None:
         server.faults = server.faults.model_copy(
