@@ -23,11 +23,10 @@ from numpy.typing import NDArray
 from router_models.features import DENSE_NAMES
 from router_models.ngrams import (
     BIGRAM_SALT,
-    CHAR_SALT,
     WORD_SALT,
     GramSpec,
     bigram_key,
-    char_grams,
+    char_gram_buckets,
     gram_bucket,
 )
 
@@ -147,8 +146,7 @@ class LeanLinear:
         if found is None:
             spec, coef, mask = self._spec, self._coef, self._mask
             chars = sum(
-                coef[gram_bucket(g, CHAR_SALT, mask)]
-                for g in char_grams(word, spec.char_min, spec.char_max)
+                map(coef.__getitem__, char_gram_buckets(word, spec.char_min, spec.char_max, mask))
             )
             found = spec.word_weight * coef[gram_bucket(word, WORD_SALT, mask)]
             found += spec.char_weight * chars

@@ -1,8 +1,9 @@
 """The batch path: many requests -> a dense feature matrix and a sparse hashed-gram matrix.
 
 Training and evaluation use this path; `lean.py` computes the same numbers for one request
-without building any matrix. Both call the same `tokens`, `char_grams` and `gram_bucket`, so the
-two agree to floating-point rounding (tests/router_models/test_lean.py checks it).
+without building any matrix. Both call the same `tokens`, `char_gram_buckets` and
+`gram_bucket`, so the two agree to floating-point rounding (tests/router_models/test_scorers.py
+checks it).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from router_models.ngrams import (
     WORD_SALT,
     GramSpec,
     bigram_key,
-    char_grams,
+    char_gram_buckets,
     gram_bucket,
     tokens,
 )
@@ -52,10 +53,7 @@ class GramHasher:
         found = self._words.get(word)
         if found is None:
             spec, mask = self.spec, self._mask
-            chars = (
-                gram_bucket(g, CHAR_SALT, mask)
-                for g in char_grams(word, spec.char_min, spec.char_max)
-            )
+            chars = char_gram_buckets(word, spec.char_min, spec.char_max, mask)
             found = (gram_bucket(word, WORD_SALT, mask), *chars)
             self._words[word] = found
         return found

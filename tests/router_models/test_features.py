@@ -15,9 +15,12 @@ from router_models.features import DENSE_NAMES, dense_features_of
 from router_models.model import RouterModel, default_model_path
 from router_models.ngrams import (
     _SEPARATORS,
+    CHAR_SALT,
     HEAD_CHARS,
     TAIL_CHARS,
     GramSpec,
+    char_gram_buckets,
+    char_grams,
     clip_text,
     gram_bucket,
     tokens,
@@ -126,3 +129,17 @@ def test_lone_surrogates_are_hashed_not_fatal() -> None:
     np.testing.assert_allclose(
         model.predict_proba([request])[0], model.predict_proba_one(request), atol=1e-12
     )
+
+
+@given(st.text(min_size=1, max_size=24), st.sampled_from([(1, 3), (3, 5), (2, 2)]))
+def test_char_gram_buckets_hash_every_gram_as_the_reference(
+    word: str, bounds: tuple[int, int]
+) -> None:
+    """The byte-slice path for ASCII words is only a faster way to the same buckets."""
+    low, high = bounds
+    mask = (1 << 18) - 1
+    reference = [gram_bucket(g, CHAR_SALT, mask) for g in char_grams(word, low, high)]
+    assert char_gram_buckets(word, low, high, mask) == reference
+    ascii_word = word.encode("ascii", "replace").decode()  # the byte-slice path
+    ascii_reference = [gram_bucket(g, CHAR_SALT, mask) for g in char_grams(ascii_word, low, high)]
+    assert char_gram_buckets(ascii_word, low, high, mask) == ascii_reference
