@@ -45,6 +45,9 @@ def as_chat_request(request: dict[str, Any]) -> dict[str, Any]:
     ):
         if request.get(source) is not None:
             chat[target] = request[source]
+    response_format = _chat_response_format(request.get("text"))
+    if response_format is not None:
+        chat["response_format"] = response_format
     tools = request.get("tools")
     if tools:
         chat["tools"] = [_chat_tool(tool) for tool in tools]
@@ -54,6 +57,18 @@ def as_chat_request(request: dict[str, Any]) -> dict[str, Any]:
         elif choice is not None:
             chat["tool_choice"] = choice
     return chat
+
+
+def _chat_response_format(text: Any) -> dict[str, Any] | None:
+    """The chat `response_format` a Responses `text.format` stands for: its json_schema
+    format is flat (`name`, `schema`, `strict` beside `type`), chat's nests them."""
+    fmt = text.get("format") if isinstance(text, dict) else None
+    if not isinstance(fmt, dict) or fmt.get("type") not in ("json_object", "json_schema"):
+        return None
+    if fmt["type"] == "json_object":
+        return {"type": "json_object"}
+    fields = {key: fmt[key] for key in ("name", "schema", "strict") if key in fmt}
+    return {"type": "json_schema", "json_schema": fields}
 
 
 def _chat_message(item: dict[str, Any]) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from gateway.protocol import (
     parse_request,
 )
 from gateway.sim import responses as sim_responses
-from gateway.sim import textgen, tokenizer
+from gateway.sim import structured, textgen, tokenizer
 from gateway.sim.engine import Engine, EngineConfig, Sequence, SequenceGroup
 from gateway.sim.faults import Faults
 from gateway.sim.logprobs import (
@@ -403,6 +403,9 @@ class SimServer:
         min_tokens = min(request.get("min_tokens") or 0, limit)
         if len(pieces) < min_tokens:
             pieces = generate(min_tokens)
+        document = structured.json_answer(request.get("response_format"), pieces)
+        if document is not None:
+            return _spelled_answer(document, prompt_ids, limit, request)
         # Generated token by token: a stop string only counts inside the first `limit` tokens.
         cut = cut_at_stop(
             spaced_texts(pieces[:limit]),
@@ -743,6 +746,27 @@ def _call_answer(
         texts=cut.texts,
     )
     return sequence, call
+
+
+def _spelled_answer(
+    text: str, prompt_ids: list[int], limit: int, request: dict[str, Any]
+) -> Sequence:
+    """One choice whose tokens spell `text` (JSON a grammar allowed), cut by max_tokens or a
+    stop string as any output is."""
+    pieces = tokenizer.pieces(text)
+    cut = cut_at_stop(
+        tokenizer.piece_texts(text)[:limit],
+        _stop_strings(request),
+        include_stop=request.get("include_stop_str_in_output") is True,
+    )
+    reason = "length" if cut.stop is None and cut.tokens < len(pieces) else "stop"
+    return Sequence(
+        prompt_ids=prompt_ids,
+        answer=pieces[: cut.tokens],
+        finish_reason=reason,
+        stop_reason=cut.stop,
+        texts=cut.texts,
+    )
 
 
 def _cache_salt(request: dict[str, Any]) -> str | None:

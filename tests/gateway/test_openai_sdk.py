@@ -9,11 +9,12 @@ import re
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import Any, Literal
 
 import openai
 import pytest
 from openai import OpenAI
+from pydantic import BaseModel
 
 from gateway.launcher import banner
 from tests.helpers import API_KEY, MODEL, GatewayThread, Ladder, send
@@ -221,6 +222,39 @@ def test_a_streamed_tool_call_keeps_every_tokens_logprob(client: OpenAI) -> None
     assert stopped.choices[0].finish_reason == "stop" and not stopped.choices[0].message.tool_calls
     assert stopped.choices[0].message.content == ""
     assert stopped.usage is not None and stopped.usage.completion_tokens == 1
+
+
+class Address(BaseModel):
+    city: str
+    zip: str | None
+
+
+class Person(BaseModel):
+    name: str
+    age: int
+    tags: list[str]
+    kind: Literal["friend", "colleague"]
+    home: Address
+    friends: list[Person]  # recursive: the simulator bounds the nesting
+
+
+def test_structured_output_parses_into_the_callers_model(client: OpenAI) -> None:
+    # vLLM decodes under the schema's grammar, so the SDK's parse helpers load the answer;
+    # the simulated tiers' filler words must keep to the same contract.
+    asked: Any = {"model": MODEL, "messages": [{"role": "user", "content": "a person"}]}
+    parsed = client.chat.completions.parse(**asked, response_format=Person, n=2)
+    assert all(isinstance(c.message.parsed, Person) for c in parsed.choices)
+    with client.chat.completions.stream(**asked, response_format=Person) as stream:
+        assert isinstance(stream.get_final_completion().choices[0].message.parsed, Person)
+    answer = client.responses.parse(model=MODEL, input="a person", text_format=Person)
+    assert isinstance(answer.output_parsed, Person)
+    plain = client.chat.completions.create(**asked, response_format={"type": "json_object"})
+    assert isinstance(json.loads(plain.choices[0].message.content or ""), dict)
+    # max_tokens still cuts the document, as it cuts vLLM's, and the SDK says so.
+    with pytest.raises(openai.LengthFinishReasonError) as cut:
+        client.chat.completions.parse(**asked, response_format=Person, max_tokens=3)
+    assert cut.value.completion.usage is not None
+    assert cut.value.completion.usage.completion_tokens == 3
 
 
 def test_suffix_is_refused_as_vllm_refuses_it(client: OpenAI) -> None:
