@@ -34,7 +34,12 @@ def json_answer(response_format: Any, words: list[str]) -> str | None:
     schema = spec.get("schema") if isinstance(spec, dict) else None
     if not isinstance(schema, dict):
         return orjson.dumps({"answer": " ".join(words)}).decode()
-    return orjson.dumps(_Filler(words, schema).value(schema, 0)).decode()
+    return orjson.dumps(schema_instance(schema, words)).decode()
+
+
+def schema_instance(schema: dict[str, Any], words: list[str]) -> Any:
+    """One value `schema` accepts, its strings taken from `words` in turn."""
+    return _Filler(words, schema).value(schema, 0)
 
 
 class _Filler:
@@ -133,4 +138,4 @@ def _first_not_null(options: list[Any]) -> Any:
     )
 
 
-__all__ = ["json_answer"]
+__all__ = ["json_answer", "schema_instance"]

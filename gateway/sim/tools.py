@@ -3,9 +3,10 @@ reports it (entrypoints/openai/chat_completion/serving.py).
 
 A chat request with tools calls a function: the one `tool_choice` names, else the first
 tool (`"auto"` only when the user spoke last, as a model answering a question would). The
-generated tokens are the call's arguments. A call cut by max_tokens or a stop string is
-what vLLM makes of cut output: a named call keeps its partial arguments, an auto or
-required one no longer parses as a call and comes back as text.
+generated tokens are the call's arguments, a value of the function's parameters schema. A
+call cut by max_tokens or a stop string is what vLLM makes of cut output: a named call keeps
+its partial arguments, an auto or required one no longer parses as a call and comes back as
+text.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import orjson
 
 from gateway.sim import tokenizer
 from gateway.sim.stops import StopCut, cut_at_stop
+from gateway.sim.structured import schema_instance
 
 ToolMode = Literal["auto", "required", "named"]
 
@@ -74,14 +76,25 @@ def plan_call(request: dict[str, Any]) -> PlannedCall | None:
         return None
     last = request["messages"][-1]
     words = tokenizer.content_text(last.get("content")).split()[:6]
-    arguments = orjson.dumps({"query": " ".join(words)}).decode()
     if isinstance(choice, dict):
-        return PlannedCall(_named_function(choice, tools), "named", arguments)
+        name = _named_function(choice, tools)
+        tool = next(tool for tool in tools if _function_name(tool) == name)
+        return PlannedCall(name, "named", _arguments(tool, words))
     if choice != "required" and last.get("role") != "user":
         return None
-    return PlannedCall(
-        _function_name(tools[0]), "required" if choice == "required" else "auto", arguments
-    )
+    mode: ToolMode = "required" if choice == "required" else "auto"
+    return PlannedCall(_function_name(tools[0]), mode, _arguments(tools[0], words))
+
+
+def _arguments(tool: Any, words: list[str]) -> str:
+    """A call's arguments: a value of the function's parameters schema (vLLM's guided
+    decoding holds a required or named call to it, and SDKs parse calls into it), or the
+    words under `query` for a function that declares no properties."""
+    function = tool.get("function") if isinstance(tool, dict) else None
+    parameters = function.get("parameters") if isinstance(function, dict) else None
+    if isinstance(parameters, dict) and isinstance(parameters.get("properties"), dict):
+        return orjson.dumps(schema_instance(parameters, words)).decode()
+    return orjson.dumps({"query": " ".join(words)}).decode()
 
 
 def answer_call(

@@ -257,6 +257,26 @@ def test_structured_output_parses_into_the_callers_model(client: OpenAI) -> None
     assert cut.value.completion.usage.completion_tokens == 3
 
 
+class GetWeather(BaseModel):
+    city: str
+    days: int
+
+
+@pytest.mark.parametrize(
+    "choice", ["auto", "required", {"type": "function", "function": {"name": "GetWeather"}}]
+)
+def test_tool_call_arguments_parse_into_the_functions_model(client: OpenAI, choice: Any) -> None:
+    # The SDK loads a strict function's arguments into its model, as vLLM's guided decoding
+    # keeps them to the parameters schema.
+    tools = [openai.pydantic_function_tool(GetWeather)]
+    messages: Any = [{"role": "user", "content": "weather in paris"}]
+    answer = client.chat.completions.parse(
+        model=MODEL, messages=messages, tools=tools, tool_choice=choice
+    )
+    calls = answer.choices[0].message.tool_calls or []
+    assert [type(call.function.parsed_arguments) for call in calls] == [GetWeather]
+
+
 def test_suffix_is_refused_as_vllm_refuses_it(client: OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as refused:
         client.completions.create(model=MODEL, prompt="Once", max_tokens=3, suffix="the end")
@@ -333,7 +353,7 @@ def test_tool_call_round_trip(client: OpenAI) -> None:
     call = first.choices[0].message.tool_calls[0]  # type: ignore[index]
     assert first.choices[0].finish_reason == "tool_calls"
     assert call.function.name == "get_weather"
-    assert "Paris" in json.loads(call.function.arguments)["query"]
+    assert "Paris" in json.loads(call.function.arguments)["city"]  # its parameters schema
     messages += [
         first.choices[0].message.model_dump(exclude_none=True),
         {"role": "tool", "tool_call_id": call.id, "content": "sunny, 21 C"},
