@@ -79,6 +79,9 @@ class Sequence:
     # What each answer token adds to the response text ("" past a stop string); by default
     # the pieces joined by spaces.
     texts: list[str] = field(default_factory=list)
+    # How each answer token is spelled, before any stop-string cut, when not as its piece
+    # after a space (JSON, a call's arguments): the tokens that logprobs name.
+    spelled: list[str] | None = None
 
     def __post_init__(self) -> None:
         if not self.texts:
@@ -87,6 +90,11 @@ class Sequence:
     def text(self, start: int, stop: int) -> str:
         """The text that answer tokens start..stop-1 add."""
         return "".join(self.texts[start:stop])
+
+    def spelling(self, start: int, stop: int) -> list[str] | None:
+        """How answer tokens start..stop-1 are spelled; None when as their pieces after a
+        space."""
+        return None if self.spelled is None else self.spelled[start:stop]
 
     def take(self) -> list[str]:
         """Pieces emitted since the last call."""

@@ -20,9 +20,12 @@ def _token_text(piece: str, position: int) -> str:
     return piece if position == 0 else " " + piece
 
 
-def _ranked(piece: str, position: int, top: int) -> list[tuple[str, float]]:
-    """The sampled token and `top - 1` alternatives, most likely first."""
-    token = _token_text(piece, position)
+def _ranked(
+    piece: str, position: int, top: int, spelled: str | None = None
+) -> list[tuple[str, float]]:
+    """The sampled token (as `spelled`, else as its piece after a space) and `top - 1`
+    alternatives, most likely first."""
+    token = _token_text(piece, position) if spelled is None else spelled
     spread = zlib.crc32(f"{position}\0{piece}".encode())
     chosen = 0.5 + 0.49 * (spread % 1000) / 1000  # probability in [0.5, 0.99)
     ranked = [(token, math.log(chosen))]
@@ -41,11 +44,14 @@ def _utf8(token: str) -> list[int]:
     return list(token.encode("utf-8"))
 
 
-def chat_logprobs(pieces: list[str], start: int, top: int) -> dict[str, Any]:
-    """`choices[].logprobs` of a chat answer for `pieces`, the first at position `start`."""
+def chat_logprobs(
+    pieces: list[str], start: int, top: int, spelled: list[str] | None = None
+) -> dict[str, Any]:
+    """`choices[].logprobs` of a chat answer for `pieces`, the first at position `start`
+    (`spelled`: how each is spelled, when not as its piece after a space)."""
     content = []
     for offset, piece in enumerate(pieces):
-        ranked = _ranked(piece, start + offset, max(top, 1))
+        ranked = _ranked(piece, start + offset, max(top, 1), _spelling(spelled, offset))
         token, logprob = ranked[0]
         content.append(
             {
@@ -61,7 +67,7 @@ def chat_logprobs(pieces: list[str], start: int, top: int) -> dict[str, Any]:
 
 
 def completion_logprobs(
-    pieces: list[str], start: int, top: int, text_offset: int
+    pieces: list[str], start: int, top: int, text_offset: int, spelled: list[str] | None = None
 ) -> dict[str, Any]:
     """`choices[].logprobs` of a completion for `pieces`, the first at position `start` and at
     character `text_offset` of the generated text. Every position lists the `top` most likely
@@ -71,7 +77,7 @@ def completion_logprobs(
     top_logprobs: list[dict[str, float]] = []
     offsets: list[int] = []
     for offset, piece in enumerate(pieces):
-        ranked = _ranked(piece, start + offset, max(top, 1))
+        ranked = _ranked(piece, start + offset, max(top, 1), _spelling(spelled, offset))
         token, logprob = ranked[0]
         tokens.append(token)
         token_logprobs.append(logprob)
@@ -84,6 +90,10 @@ def completion_logprobs(
         "tokens": tokens,
         "top_logprobs": top_logprobs,
     }
+
+
+def _spelling(spelled: list[str] | None, offset: int) -> str | None:
+    return None if spelled is None else spelled[offset]
 
 
 def echoed_logprobs(

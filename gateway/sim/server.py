@@ -466,15 +466,16 @@ class SimServer:
         chat = prepared.kind == "chat"
         for index, seq in enumerate(prepared.group.sequences):
             pieces = seq.answer[: seq.emitted]
+            spelled = seq.spelling(0, seq.emitted)
             text = seq.text(0, seq.emitted)
             tool_call = prepared.tool_calls[index]
             echoed = prepared.echoes[index]
             choice: dict[str, Any] = {"index": index}
             if chat:
                 choice["message"] = self._message(text, tool_call)
-                logprobs = None if top is None else chat_logprobs(pieces, 0, top)
+                logprobs = None if top is None else chat_logprobs(pieces, 0, top, spelled)
             else:
-                logprobs = None if top is None else completion_logprobs(pieces, 0, top, 0)
+                logprobs = None if top is None else completion_logprobs(pieces, 0, top, 0, spelled)
                 if echoed is not None:
                     text = echoed if prepared.echo_only else echoed + text
                     if top is not None:
@@ -744,6 +745,7 @@ def _call_answer(
         finish_reason=reason,
         stop_reason=cut.stop,
         texts=cut.texts,
+        spelled=tokenizer.piece_texts(plan.arguments)[: cut.tokens],
     )
     return sequence, call
 
@@ -753,9 +755,9 @@ def _spelled_answer(
 ) -> Sequence:
     """One choice whose tokens spell `text` (JSON a grammar allowed), cut by max_tokens or a
     stop string as any output is."""
-    pieces = tokenizer.pieces(text)
+    pieces, spelled = tokenizer.pieces(text), tokenizer.piece_texts(text)
     cut = cut_at_stop(
-        tokenizer.piece_texts(text)[:limit],
+        spelled[:limit],
         _stop_strings(request),
         include_stop=request.get("include_stop_str_in_output") is True,
     )
@@ -766,6 +768,7 @@ def _spelled_answer(
         finish_reason=reason,
         stop_reason=cut.stop,
         texts=cut.texts,
+        spelled=spelled[: cut.tokens],
     )
 
 

@@ -170,7 +170,8 @@ class StreamWriter:
             else:
                 entry = text_choice(index, seq.text(start, seq.taken))
             if entry is not None and self.top_logprobs is not None:
-                entry["logprobs"] = self._logprobs(index, pieces, start)
+                spelled = seq.spelling(start, seq.taken)
+                entry["logprobs"] = self._logprobs(index, pieces, start, spelled)
         if seq.done and not seq.aborted:
             if entry is None:
                 entry = chat_delta(index, {}) if self.chat else text_choice(index, "")
@@ -192,12 +193,14 @@ class StreamWriter:
             entry["logprobs"] = echoed_logprobs(prompt, self.top_logprobs, generated)
         self._text_offsets[entry["index"]] = len(entry["text"])
 
-    def _logprobs(self, index: int, pieces: list[str], start: int) -> dict[str, Any]:
+    def _logprobs(
+        self, index: int, pieces: list[str], start: int, spelled: list[str] | None
+    ) -> dict[str, Any]:
         top = self.top_logprobs or 0
         if self.chat:
-            return chat_logprobs(pieces, start, top)
+            return chat_logprobs(pieces, start, top, spelled)
         offset = self._text_offsets.get(index, 0)
-        logprobs = completion_logprobs(pieces, start, top, offset)
+        logprobs = completion_logprobs(pieces, start, top, offset, spelled)
         self._text_offsets[index] = offset + sum(len(token) for token in logprobs["tokens"])
         return logprobs
 

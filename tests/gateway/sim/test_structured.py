@@ -10,7 +10,7 @@ import pytest
 from gateway.sim import tokenizer
 from gateway.sim.server import SimServer
 from gateway.sim.structured import json_answer
-from tests.gateway.sim.asgi import MODEL, call, chat, run
+from tests.gateway.sim.asgi import MODEL, call, chat, completion, run
 
 WORDS = ["alpha", "beta", "gamma", "delta"]
 
@@ -94,3 +94,39 @@ def test_the_server_answers_json_a_grammar_would_allow() -> None:
 
 def json_schema(schema: dict[str, Any]) -> dict[str, Any]:
     return {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_logprobs_name_the_tokens_that_spell_the_json(stream: bool) -> None:
+    # Joined, a JSON answer's logprob tokens are its text, as a plain answer's are.
+    fmt = {"type": "json_object"}
+
+    async def check(server: SimServer) -> None:
+        asked = chat(response_format=fmt, logprobs=True, stream=stream, max_tokens=9)
+        reply = await call(server, "POST", "/v1/chat/completions", asked)
+        choices = (
+            [c for e in reply.events() for c in e["choices"]] if stream else reply.json()["choices"]
+        )
+        text = "".join(
+            c["delta"].get("content", "") if stream else c["message"]["content"] for c in choices
+        )
+        tokens = [
+            t["token"] for c in choices if c.get("logprobs") for t in c["logprobs"]["content"]
+        ]
+        assert text.startswith('{"answer":"') and "".join(tokens) == text
+        plain = completion(response_format=fmt, logprobs=1, stream=stream, max_tokens=9)
+        reply = await call(server, "POST", "/v1/completions", plain)
+        choices = (
+            [c for e in reply.events() for c in e["choices"]] if stream else reply.json()["choices"]
+        )
+        text = "".join(c["text"] for c in choices)
+        spelled = [
+            (t, at)
+            for c in choices
+            if c.get("logprobs")
+            for t, at in zip(c["logprobs"]["tokens"], c["logprobs"]["text_offset"], strict=True)
+        ]
+        assert "".join(t for t, _ in spelled) == text
+        assert all(text[at:].startswith(t) for t, at in spelled)
+
+    run(check)
