@@ -67,8 +67,10 @@ def _chat_response_format(text: Any) -> dict[str, Any] | None:
         return None
     if fmt["type"] == "json_object":
         return {"type": "json_object"}
-    fields = {key: fmt[key] for key in ("name", "schema", "strict") if key in fmt}
-    return {"type": "json_schema", "json_schema": fields}
+    # Not checked here: chat's errors would name chat's fields (`response_format...`).
+    name = fmt.get("name") if isinstance(fmt.get("name"), str) else "response"
+    schema = fmt.get("schema") if isinstance(fmt.get("schema"), dict) else {}
+    return {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}
 
 
 def _chat_message(item: dict[str, Any]) -> dict[str, Any]:

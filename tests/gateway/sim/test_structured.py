@@ -130,3 +130,15 @@ def test_logprobs_name_the_tokens_that_spell_the_json(stream: bool) -> None:
         assert all(text[at:].startswith(t) for t, at in spelled)
 
     run(check)
+
+
+def test_a_responses_format_is_not_refused_in_chats_words() -> None:
+    # The Responses request is answered as a chat: a format chat would refuse must not come
+    # back as a 400 naming `response_format`, a field the client never sent.
+    async def check(server: SimServer) -> None:
+        responses = {"model": MODEL, "input": "hi", "text": {"format": {"type": "json_schema"}}}
+        reply = await call(server, "POST", "/v1/responses", responses)
+        assert reply.status == 200
+        orjson.loads(reply.json()["output"][0]["content"][0]["text"])  # JSON, of any shape
+
+    run(check)
