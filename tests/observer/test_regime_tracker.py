@@ -191,9 +191,11 @@ def test_prompts_in_other_cache_namespaces_do_not_hit_each_other() -> None:
     tr.completion_sampled("t", "a", 0.5, prompt, answer, cache_salt="a")
     tr.prompt_sampled("t", "b", 1.0, prompt, cache_salt="b")
     tr.prompt_sampled("t", "c", 1.5, [*prompt, *answer])  # the shared namespace
-    assert tr.report("t", 2.0).rho.unbounded == 0.0
+    rho = tr.report("t", 2.0).rho
+    assert rho.unbounded == 0.0 and rho.lru == 0.0  # both replays key blocks by namespace
     tr.prompt_sampled("t", "a", 2.5, [*prompt, *answer, 1])
-    assert tr.report("t", 3.0, tenant="a").rho.unbounded == pytest.approx(48 / (32 + 50))
+    rho = tr.report("t", 3.0, tenant="a").rho
+    assert rho.unbounded == rho.lru == pytest.approx(48 / (32 + 50))
 
 
 def test_r_from_replay_and_engine() -> None:

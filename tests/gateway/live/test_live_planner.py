@@ -451,6 +451,37 @@ def test_a_sampled_completion_is_tokenized_from_its_prompt(
     assert "messages" not in queries[0]
 
 
+def test_a_sampled_answer_is_cached_in_its_requests_namespace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As the engine caches an answer's full blocks under the request's cache_salt, the
+    replay does: the tenant's next turn hits them, another namespace's copy does not."""
+    observer = observer_over([tier("nv", "nvfp4", 8), tier("x", "bf16", 7)], {})
+    backend = next(b for b in observer.tiers() if b.name == "nv")
+    endpoint: Any = SimpleNamespace(endpoint=SimpleNamespace(url="u"), healthy=True)
+    backend.endpoints[:] = [endpoint]
+    prompt, answer = list(range(100, 132)), list(range(200, 217))  # 2 blocks; 1 more
+
+    async def tokenize(_endpoint: Any, _query: dict[str, Any]) -> list[int]:
+        return answer  # only the answer's text is tokenized: the prompts are token ids
+
+    monkeypatch.setattr(upstream, "tokenize", tokenize)
+    body = b'{"choices": [{"index": 0, "text": "the answer"}]}'
+    turn = [*prompt, *answer, 1]
+
+    def sampled(tokens: list[int], salt: str, at: float) -> None:
+        request = {"prompt": tokens}
+        sample = Sample("nv", salt, request, body, at, kind="completions", cache_salt=salt)
+        asyncio.run(observer.process(sample))
+
+    sampled(prompt, "a", 0.0)
+    sampled(turn, "b", 1.0)  # a's blocks are not b's
+    sampled(turn, "a", 2.0)  # a's own, its answer's block included
+    tracker = observer._states["nv"].tracker
+    assert tracker.report("nv", 3.0, tenant="b").rho.unbounded == 0.0
+    assert tracker.report("nv", 3.0, tenant="a").rho.unbounded == pytest.approx(48 / (32 + 50))
+
+
 def test_the_knee_comes_from_the_kv_blocks_the_engines_report(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -675,3 +706,41 @@ def test_a_flag_replicas_disagree_on_leaves_no_stale_running_or_drift_gauge(
     assert loop.gauge("tiergate_flag_drift", "speculative_decoding") is None
     cpt = "tiergate_planner_expected_cost_per_token_seconds"
     assert loop.registry.get_sample_value(cpt, {"tier": TIER, "config": "running"}) is None
+
+
+def test_replicas_that_disagree_on_a_flag_leave_no_running_cost_nor_current_flags(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Both replicas cache prefixes and neither speculates: the running configuration's cost
+    is exported and `/admin/regime` names it. One replica restarted with speculation makes
+    the tier's speculation unknown: the cost of "what runs" and the configuration that
+    `plan --from-gateway` would keep are then unknown too, not the last known ones."""
+    loop = Loop(monkeypatch)
+    loop.reload(None)
+    replicas = ["http://127.0.0.1:8/v1", "http://127.0.0.1:9/v1"]
+    loop.tiers[0].endpoints[:] = [
+        SimpleNamespace(endpoint=SimpleNamespace(url=url), healthy=True)  # type: ignore[misc]
+        for url in replicas
+    ]
+    speculating: set[str] = set()
+    info = b'vllm:cache_config_info{block_size="16",enable_prefix_caching="True"} 1.0\n'
+
+    async def get(endpoint: Any, _path: bytes) -> bytes:
+        page = _metrics_page(1000.0, 0.0, 4.0) + info
+        if endpoint.endpoint.url in speculating:
+            page += b'vllm:spec_decode_num_drafts_total{model_name="m",engine="0"} 10\n'
+        return page
+
+    monkeypatch.setattr(upstream, "get", get)
+    cpt = "tiergate_planner_expected_cost_per_token_seconds"
+    asyncio.run(loop.observer.scrape_once())
+    loop.plan(0.5, 0.2)
+    assert loop.registry.get_sample_value(cpt, {"tier": TIER, "config": "running"}) is not None
+    current = loop.observer.regime_view()["tiers"][TIER]["current"]
+    assert current == {"speculative": False, "prefix_caching": True}
+    speculating.add(replicas[1])
+    asyncio.run(loop.observer.scrape_once())
+    entry = loop.plan(0.5, 0.2)
+    assert entry["running"] == {"speculative": None, "prefix_caching": True}
+    assert loop.registry.get_sample_value(cpt, {"tier": TIER, "config": "running"}) is None
+    assert loop.observer.regime_view()["tiers"][TIER]["current"] is None
