@@ -117,6 +117,10 @@ def test_a_restart_resets_every_counter_at_once() -> None:
     assert d.generation_tokens == 1200 and d.prefix_cache_queries == 6000
     assert d.tokens_per_round == pytest.approx(1200 / 900)
     assert d.rho == pytest.approx(1000 / 6000)
+    # The per-request histograms' counts restart too: one that went down marks a restart.
+    before = VllmMetricsSnapshot(generation_tokens=10, finished_requests=5)
+    after = VllmMetricsSnapshot(generation_tokens=20, finished_requests=2)
+    assert counter_deltas(before, after).finished_requests == 2
 
 
 def test_no_spec_no_a_obs() -> None:
@@ -211,11 +215,13 @@ def test_lengths_come_from_the_per_request_histograms() -> None:
     in the window and a third of 3,000 was admitted but not finished: L_in is 300, where the
     counters said 3,600 / 2 = 1,800."""
 
-    def page(prompt: float, finished: int, finished_prompt: float, output: float) -> str:
+    def page(
+        prompt: float, finished: int, finished_prompt: float, output: float, generated: float
+    ) -> str:
         reg = CollectorRegistry()
         Counter("vllm:prompt_tokens", "", LABELS, registry=reg).labels("qwen", "0").inc(prompt)
         Counter("vllm:generation_tokens", "", LABELS, registry=reg).labels("qwen", "0").inc(
-            output + 40
+            generated
         )
         success = Counter("vllm:request_success", "", [*LABELS, "finished_reason"], registry=reg)
         success.labels("qwen", "0", "stop").inc(finished)
@@ -229,10 +235,14 @@ def test_lengths_come_from_the_per_request_histograms() -> None:
         outputs.labels("qwen", "0")
         return generate_latest(reg).decode()
 
-    before = parse_vllm_metrics(page(0, 0, 0, 0))
-    after = parse_vllm_metrics(page(3600, 2, 300, 100))
+    before = parse_vllm_metrics(page(0, 0, 0, 0, 40))
+    # The running request has generated 40 tokens of its own: L_out is 50, not 140 / 2.
+    after = parse_vllm_metrics(page(3600, 2, 300, 100, 180))
     window = counter_deltas(before, after)
     assert window.l_in == pytest.approx(300) and window.l_out == pytest.approx(50)
+    # A window in which nothing finished has no lengths to tell (and divides by no zero).
+    idle = counter_deltas(after, after)
+    assert idle.l_in is None and idle.l_out is None
     assert window.prompt_tokens == 3600 and window.request_success == 2
     # A page without the histograms (another server) falls back to the counters.
     legacy = counter_deltas(

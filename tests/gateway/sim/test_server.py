@@ -205,8 +205,9 @@ def test_tools_and_tool_choice_that_do_not_go_together_are_vllms_400(
     [
         ("required", "Tool choice 'required' must be specified with 'tools' parameter."),
         ({"type": "function", "name": "a"}, "Tool choice 'function' not found in 'tools'"),
+        ({"type": "custom", "name": "a"}, "Tool choice 'function' not found in 'tools'"),
     ],
-    ids=["required", "named"],
+    ids=["required", "named", "custom"],
 )
 def test_a_responses_tool_choice_that_needs_tools_without_them_is_vllms_400(
     tool_choice: Any, message: str
@@ -220,6 +221,10 @@ def test_a_responses_tool_choice_that_needs_tools_without_them_is_vllms_400(
         assert error["param"] == "tool_choice" and message in error["message"], error
         auto = await call(server, "POST", "/v1/responses", body | {"tool_choice": "auto"})
         assert auto.status == 200, auto.body
+        tools = [{"type": "function", "name": "a", "parameters": {"type": "object"}}]
+        with_tools = body | {"tool_choice": tool_choice, "tools": tools}
+        answered = await call(server, "POST", "/v1/responses", with_tools)
+        assert answered.status == 200, answered.body  # with tools it asks for nothing missing
 
     run(check)
 
@@ -324,6 +329,8 @@ def test_max_tokens_past_the_context_left_is_cut_to_it_and_above_max_model_len_r
             answer = reply.json()
             assert answer["usage"]["completion_tokens"] == 5
             assert answer["choices"][0]["finish_reason"] == "length"
+        # max_model_len itself is no more than max_model_len: cut, not refused.
+        assert (await call(server, "POST", CHAT, chat(max_tokens=max_model_len))).status == 200
         error = assert_vllm_400(
             await call(server, "POST", CHAT, chat(max_tokens=max_model_len + 1))
         )
@@ -433,6 +440,7 @@ def test_sampling_values_vllms_sampling_params_refuse_are_a_400(
     ("fields", "message"),
     [
         ({"prompt_logprobs": 1, "stream": True}, "are not available when `stream=True`"),
+        ({"prompt_logprobs": -1, "stream": True}, "are not available when `stream=True`"),
         ({"prompt_logprobs": -2}, "must be a positive value or -1"),
         ({"prompt_logprobs": "1"}, "must be an integer"),
         ({"prompt_logprobs": 21}, "Requested prompt logprobs of 21, which is greater than"),
@@ -628,6 +636,11 @@ def test_tokens_per_finished_request_are_histograms_as_vllms() -> None:
         bucket = 'vllm:request_generation_tokens_bucket{engine="0",le="10.0",model_name="sim-test"}'
         assert metric(server, bucket) == 2
         assert metric(server, bucket.replace('le="10.0"', 'le="5.0"')) == 0
+        # vLLM's bounds go up to max_model_len (build_1_2_5_buckets), here 32,768.
+        assert server.config.max_model_len == 32_768
+        assert metric(server, bucket.replace('le="10.0"', 'le="20000.0"')) == 2
+        with pytest.raises(AssertionError, match="no sample"):
+            metric(server, bucket.replace('le="10.0"', 'le="50000.0"'))
 
     run(check)
 
