@@ -229,6 +229,20 @@ def test_a_field_error_names_its_line(tmp_path: Path) -> None:
     assert "tenants.0.limits.max_concurrency: Input should be greater" in message
     assert "or equal to 1 (line 10)" in message
     assert "tenants.1.colour: Extra inputs are not permitted (line 12)" in message
+    # A key whose value starts on the next line is named at the key; a field missing from a
+    # list item, at the item.
+    path.write_text(
+        "model: m\n"
+        "tiers:\n"
+        "  - {name: a, precision: nvfp4, endpoints: ['http://x/v1']}\n"
+        "tenants:\n"
+        "  - api_keys: [k]\n"
+    )
+    with pytest.raises(ConfigError) as refused:
+        load_settings(path)
+    message = str(refused.value)
+    assert "tiers: List should have at least 2 items after validation, not 1 (line 2)" in message
+    assert "tenants.0.name: Field required (line 5)" in message
     # An error about the whole file has no line to name.
     path.write_text("model: m\n")
     with pytest.raises(ConfigError, match=r"tiers: Field required; tenants: Field required$"):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry
 
 from gateway.metrics import GatewayMetrics
@@ -66,3 +68,51 @@ def test_baselines_are_the_named_tiers_of_the_ladder_a_request_was_served_under(
 
     assert baseline_cost("top_tier") == 10 * 1.0
     assert baseline_cost("uniform_floor") == 10 * 0.5
+
+
+def test_a_request_is_credited_against_the_baselines_of_its_own_configuration() -> None:
+    """The ladder a request was routed under carries its tenants' baselines: a reload that
+    moved the tenant's top tier and floor since then does not change what it is credited
+    against (the metrics' current baselines serve only a tenant the ladder lacks)."""
+    registry = CollectorRegistry()
+    metrics = GatewayMetrics(registry)
+    metrics.tenant_top_tier["t"] = "bf16"  # after the reload
+    metrics.uniform_floor_tier["t"] = "fp8"
+    names, costs = ("nvfp4", "fp8", "bf16"), (0.25, 0.5, 1.0)
+    routed = Ladder(names, costs, {"t": ("fp8", "nvfp4")})  # before it
+    metrics.record(
+        RequestRecord(
+            tenant="t", kind="chat", ladder=routed, status=200, decided_tier=0,
+            served_tier=0, reason="router", prompt_tokens=6, completion_tokens=4,
+        )
+    )  # fmt: skip
+    metrics.flush()
+
+    def baseline_cost(baseline: str) -> float | None:
+        return registry.get_sample_value(
+            "tiergate_estimated_baseline_cost_total", {"tenant": "t", "baseline": baseline}
+        )
+
+    assert baseline_cost("top_tier") == 10 * 0.5
+    assert baseline_cost("uniform_floor") == 10 * 0.25
+
+
+def test_each_configurations_ladder_names_its_tenants_top_tier() -> None:
+    from gateway.app import build_app
+    from gateway.config import parse_settings
+
+    def settings(allowed: list[str] | None) -> Any:
+        tiers = [
+            {"name": "a", "precision": "nvfp4", "endpoints": ["http://127.0.0.1:9/v1"]},
+            {"name": "b", "precision": "bf16", "endpoints": ["http://127.0.0.1:10/v1"]},
+        ]
+        tenant = {"name": "t", "api_keys": ["sk-t"], "allowed_tiers": allowed}
+        return parse_settings({"model": "m", "tiers": tiers, "tenants": [tenant]})
+
+    def baselines(app: Any) -> Any:
+        return next(iter(app.runtime.hot_routes.values())).ladder.baselines
+
+    app = build_app(settings(None), environ={})
+    assert baselines(app) == {"t": ("b", None)}  # no alpha: no floor
+    app.reload(settings(["a"]))
+    assert baselines(app) == {"t": ("a", None)}

@@ -663,10 +663,14 @@ def test_a_reload_applies_its_plan_interval(monkeypatch: pytest.MonkeyPatch) -> 
         await asyncio.sleep(0.05)  # the sleep begun under 0.02 s runs out
         planned = len(plans)
         await asyncio.sleep(0.2)
+        assert len(plans) == planned
+        # Shortened again: the hour's sleep under way re-reads it (within periods.RECHECK_S).
+        loop.observer.configure(with_interval(0.02))
+        await asyncio.sleep(1.5)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        assert len(plans) == planned
+        assert len(plans) > planned
 
     asyncio.run(main())
 

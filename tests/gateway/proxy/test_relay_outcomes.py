@@ -364,12 +364,20 @@ def test_a_last_event_without_its_blank_line_reaches_the_client_ended(ending: by
     assert relayed_body(sent) == CHUNK + last.rstrip(b"\n") + b"\n\n"
 
 
-def test_a_stream_that_ends_mid_event_ends_with_an_error_event() -> None:
+def test_a_last_done_without_its_blank_line_is_an_ending_not_a_cut_event() -> None:
+    failed, exchange, sent, _ = _stream([CHUNK, b"data: [DONE]"])
+    assert not failed and not exchange.record.error_after_first_byte
+    assert relayed_body(sent) == CHUNK + b"data: [DONE]\n\n"
+
+
+# SSE's space after `data:` is optional: an event cut short without it is cut short too.
+@pytest.mark.parametrize("cut", [CHUNK[:30], CHUNK[:30].replace(b"data: ", b"data:")])
+def test_a_stream_that_ends_mid_event_ends_with_an_error_event(cut: bytes) -> None:
     """An upstream that closed its stream cleanly in the middle of an event: the fragment
     was relayed as it was, the SDK dropped it, and the client got a shortened answer as a
     success, with no error, and the engine counted no failure."""
-    failed, exchange, sent, _ = _stream([CHUNK, CHUNK[:30]])
+    failed, exchange, sent, _ = _stream([CHUNK, cut])
     assert failed and exchange.record.error_after_first_byte
     body = relayed_body(sent)
     assert body.startswith(CHUNK) and b"ended the stream mid-event" in body
-    assert CHUNK[:30] not in body[len(CHUNK) :]
+    assert cut not in body[len(CHUNK) :]
