@@ -119,6 +119,29 @@ def test_a_ladder_read_from_the_first_row_holds_for_every_row(tmp_path: Path) ->
     assert load_labels([path], ["x", "y"]).tiers == ("x", "y")
 
 
+def test_a_pipe_is_read_whole_not_sniffed_for_gzip(tmp_path: Path) -> None:
+    """A pipe (`<(cat ...)`) is never sniffed: the bytes read to look would be lost (and a
+    second open would wait for a writer that has gone)."""
+    import os
+    import threading
+
+    pipe = tmp_path / "rows.jsonl"
+    os.mkfifo(pipe)
+    read: list[int] = []
+
+    def feed() -> None:
+        pipe.write_text(json.dumps(GOOD) + "\n" + json.dumps({**GOOD, "id": "b"}) + "\n")
+
+    def load() -> None:
+        read.append(len(load_labels([pipe], ["x", "y"])))
+
+    threading.Thread(target=feed, daemon=True).start()
+    reader = threading.Thread(target=load, daemon=True)
+    reader.start()
+    reader.join(5.0)
+    assert read == [2]
+
+
 def test_empty_missing_and_corrupt_files(tmp_path: Path) -> None:
     with pytest.raises(LabelDataError, match="empty file"):
         load_labels([write(tmp_path / "e.jsonl", [""])], ["x", "y"])
