@@ -276,7 +276,7 @@ def build_tiers(
                 (
                     state
                     for (owner, url), state in previous.items()
-                    if url == endpoint.url and owner not in names
+                    if url == endpoint.url and owner not in names and id(state) not in kept_ids
                 ),
                 None,
             )
