@@ -889,7 +889,7 @@ def _refuse_prompt_logprobs(request: dict[str, Any]) -> None:
     asked = request.get("prompt_logprobs")
     if asked is None:
         return
-    if not _is_number(asked):
+    if not _is_number(asked) or asked % 1 != 0:  # vLLM types it int: 1.5 is no count
         raise SimError(400, "`prompt_logprobs` must be an integer.", "prompt_logprobs")
     if request.get("stream") and (asked > 0 or asked == -1):
         raise SimError(

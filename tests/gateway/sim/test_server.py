@@ -443,6 +443,8 @@ def test_sampling_values_vllms_sampling_params_refuse_are_a_400(
         ({"prompt_logprobs": -1, "stream": True}, "are not available when `stream=True`"),
         ({"prompt_logprobs": -2}, "must be a positive value or -1"),
         ({"prompt_logprobs": "1"}, "must be an integer"),
+        ({"prompt_logprobs": 1.5}, "must be an integer"),
+        ({"prompt_logprobs": -0.5}, "must be an integer"),
         ({"prompt_logprobs": 21}, "Requested prompt logprobs of 21, which is greater than"),
     ],
 )
