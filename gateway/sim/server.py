@@ -41,7 +41,7 @@ from gateway.sim.logprobs import (
     prompt_logprob_map,
 )
 from gateway.sim.metrics import SimCollector, exposition
-from gateway.sim.stops import cut_at_stop, spaced_texts
+from gateway.sim.stops import StopCut, cut_at_stop, spaced_texts
 from gateway.sim.streaming import SYSTEM_FINGERPRINT, StreamDropped, StreamWriter, response_id
 from gateway.sim.tools import (
     PlannedCall,
@@ -737,17 +737,7 @@ def _call_answer(
         _stop_strings(request),
         include_stop=request.get("include_stop_str_in_output") is True,
     )
-    pieces = tokenizer.pieces(plan.arguments)
-    reason = "length" if cut.stop is None and cut.tokens < len(pieces) else "stop"
-    sequence = Sequence(
-        prompt_ids=prompt_ids,
-        answer=pieces[: cut.tokens],
-        finish_reason=reason,
-        stop_reason=cut.stop,
-        texts=cut.texts,
-        spelled=tokenizer.piece_texts(plan.arguments)[: cut.tokens],
-    )
-    return sequence, call
+    return _spelled_sequence(plan.arguments, cut, prompt_ids), call
 
 
 def _spelled_answer(
@@ -755,12 +745,18 @@ def _spelled_answer(
 ) -> Sequence:
     """One choice whose tokens spell `text` (JSON a grammar allowed), cut by max_tokens or a
     stop string as any output is."""
-    pieces, spelled = tokenizer.pieces(text), tokenizer.piece_texts(text)
     cut = cut_at_stop(
-        spelled[:limit],
+        tokenizer.piece_texts(text)[:limit],
         _stop_strings(request),
         include_stop=request.get("include_stop_str_in_output") is True,
     )
+    return _spelled_sequence(text, cut, prompt_ids)
+
+
+def _spelled_sequence(text: str, cut: StopCut, prompt_ids: list[int]) -> Sequence:
+    """The choice whose tokens spell `text` as far as `cut` left them: "length" when the
+    token limit, not a stop string, ended it short."""
+    pieces, spelled = tokenizer.pieces(text), tokenizer.piece_texts(text)
     reason = "length" if cut.stop is None and cut.tokens < len(pieces) else "stop"
     return Sequence(
         prompt_ids=prompt_ids,

@@ -81,7 +81,9 @@ class _Filler:
         if kind in ("integer", "number"):
             return self._number(schema, kind)
         # A boolean or null has one value the filler can give; anything else is a string.
-        return _CONSTANTS[kind] if kind in _CONSTANTS else self._string(schema)
+        if isinstance(kind, str) and kind in _CONSTANTS:  # `type` may be any JSON value
+            return _CONSTANTS[kind]
+        return self._string(schema)
 
     def _resolved(self, schema: dict[str, Any]) -> dict[str, Any]:
         ref = schema.get("$ref")

@@ -73,6 +73,14 @@ def test_a_recursive_schema_ends() -> None:
     assert 0 < depth <= 8
 
 
+def test_a_type_that_is_no_name_gets_a_string_not_an_error() -> None:
+    """`type` may be any JSON value in a client's schema; an object there raised TypeError
+    (unhashable) and the simulator answered 500."""
+    schema = {"type": "object", "properties": {"odd": {"type": {"nested": 1}}}}
+    answer = orjson.loads(json_answer(json_schema(schema), WORDS) or "")
+    assert isinstance(answer["odd"], str)
+
+
 def test_the_server_answers_json_a_grammar_would_allow() -> None:
     schema = {"type": "object", "properties": {"name": {"type": "string"}}}
 
