@@ -41,60 +41,49 @@ def test_baselines_set_under_a_longer_ladder_do_not_break_the_flush() -> None:
     assert value("tiergate_estimated_savings_total", "uniform_floor") is None
 
 
-def test_baselines_are_the_named_tiers_of_the_ladder_a_request_was_served_under() -> None:
-    """A request served before a reload that changed the ladder is credited against the
-    baseline tiers' costs in its own ladder: the baselines were indices into the new ladder,
-    so a record of the old one was credited against whichever tier sat at that index."""
+def baseline_costs_after_a_reload(served_under: Ladder) -> dict[str, float | None]:
+    """The baseline costs a 10-token request at `served_under`'s cheapest tier is credited
+    against, recorded after a reload that made bf16 tenant t's top tier and fp8 its floor."""
     registry = CollectorRegistry()
     metrics = GatewayMetrics(registry)
-    # After the reload: nvfp4, fp8, bf16; the floor is fp8, the top bf16.
     metrics.tenant_top_tier["t"] = "bf16"
     metrics.uniform_floor_tier["t"] = "fp8"
-    before = Ladder(
-        names=("nvfp4", "w4a16", "fp8", "fp16", "bf16"), costs=(0.25, 0.25, 0.5, 1.0, 1.0)
-    )
     metrics.record(
         RequestRecord(
-            tenant="t", kind="chat", ladder=before, status=200, decided_tier=0,
+            tenant="t", kind="chat", ladder=served_under, status=200, decided_tier=0,
             served_tier=0, reason="router", prompt_tokens=6, completion_tokens=4,
         )
     )  # fmt: skip
     metrics.flush()
-
-    def baseline_cost(baseline: str) -> float | None:
-        return registry.get_sample_value(
+    return {
+        baseline: registry.get_sample_value(
             "tiergate_estimated_baseline_cost_total", {"tenant": "t", "baseline": baseline}
         )
+        for baseline in ("top_tier", "uniform_floor")
+    }
 
-    assert baseline_cost("top_tier") == 10 * 1.0
-    assert baseline_cost("uniform_floor") == 10 * 0.5
+
+def test_baselines_are_the_named_tiers_of_the_ladder_a_request_was_served_under() -> None:
+    """A request served before a reload that changed the ladder is credited against the
+    baseline tiers' costs in its own ladder: the baselines were indices into the new ladder,
+    so a record of the old one was credited against whichever tier sat at that index."""
+    before = Ladder(
+        names=("nvfp4", "w4a16", "fp8", "fp16", "bf16"), costs=(0.25, 0.25, 0.5, 1.0, 1.0)
+    )
+    baseline_cost = baseline_costs_after_a_reload(before)
+    assert baseline_cost["top_tier"] == 10 * 1.0
+    assert baseline_cost["uniform_floor"] == 10 * 0.5
 
 
 def test_a_request_is_credited_against_the_baselines_of_its_own_configuration() -> None:
     """The ladder a request was routed under carries its tenants' baselines: a reload that
     moved the tenant's top tier and floor since then does not change what it is credited
     against (the metrics' current baselines serve only a tenant the ladder lacks)."""
-    registry = CollectorRegistry()
-    metrics = GatewayMetrics(registry)
-    metrics.tenant_top_tier["t"] = "bf16"  # after the reload
-    metrics.uniform_floor_tier["t"] = "fp8"
     names, costs = ("nvfp4", "fp8", "bf16"), (0.25, 0.5, 1.0)
-    routed = Ladder(names, costs, {"t": ("fp8", "nvfp4")})  # before it
-    metrics.record(
-        RequestRecord(
-            tenant="t", kind="chat", ladder=routed, status=200, decided_tier=0,
-            served_tier=0, reason="router", prompt_tokens=6, completion_tokens=4,
-        )
-    )  # fmt: skip
-    metrics.flush()
-
-    def baseline_cost(baseline: str) -> float | None:
-        return registry.get_sample_value(
-            "tiergate_estimated_baseline_cost_total", {"tenant": "t", "baseline": baseline}
-        )
-
-    assert baseline_cost("top_tier") == 10 * 0.5
-    assert baseline_cost("uniform_floor") == 10 * 0.25
+    routed = Ladder(names, costs, {"t": ("fp8", "nvfp4")})  # before the reload
+    baseline_cost = baseline_costs_after_a_reload(routed)
+    assert baseline_cost["top_tier"] == 10 * 0.5
+    assert baseline_cost["uniform_floor"] == 10 * 0.25
 
 
 def test_each_configurations_ladder_names_its_tenants_top_tier() -> None:

@@ -186,9 +186,7 @@ def test_the_flag_an_engine_shows_is_followed_while_the_other_is_unknown(
     loop = Loop(monkeypatch)
     loop.reload(None)
     url = "http://127.0.0.1:9/v1"
-    loop.tiers[0].endpoints[:] = [  # type: ignore[list-item]
-        SimpleNamespace(endpoint=SimpleNamespace(url=url), healthy=True)
-    ]
+    loop.tiers[0].endpoints[:] = stand_ins([url])
 
     async def get(_endpoint: Any, _path: bytes) -> bytes:
         return _metrics_page(1000.0, 0.0, 4.0)
@@ -222,6 +220,11 @@ def test_replicas_that_disagree_leave_the_flag_unknown() -> None:
     assert agreed_flags([on, on]).as_tuple() == (True, True)
     assert agreed_flags([on, off]).as_tuple() == (None, True)
     assert agreed_flags([]).as_tuple() == (None, None)
+
+
+def stand_ins(urls: list[str]) -> list[Any]:
+    """Stand-ins for the endpoint states the proxy builds (only the URL and health are read)."""
+    return [SimpleNamespace(endpoint=SimpleNamespace(url=url), healthy=True) for url in urls]
 
 
 def observer_over(
@@ -355,10 +358,7 @@ def test_scrapes_are_diffed_per_replica_and_c_is_per_engine(
 
     monkeypatch.setattr(upstream, "get", get)
     backend = next(b for b in observer.tiers() if b.name == "nv")
-    # Stand-ins for the endpoint states the proxy builds (only the URL and health are read).
-    backend.endpoints[:] = [
-        SimpleNamespace(endpoint=SimpleNamespace(url=url), healthy=True) for url in replicas
-    ]
+    backend.endpoints[:] = stand_ins(replicas)
     for _ in range(20):
         observer.upstream_started("nv", "default")
     for _ in range(4):
@@ -504,9 +504,7 @@ def test_the_knee_comes_from_the_kv_blocks_the_engines_report(
     monkeypatch.setattr(upstream, "get", get)
     monkeypatch.setattr(RegimeTracker, "report", busy)  # 32 in flight: above either knee
     backend = next(b for b in observer.tiers() if b.name == "nv")
-    backend.endpoints[:] = [
-        SimpleNamespace(endpoint=SimpleNamespace(url=url), healthy=True) for url in replicas
-    ]
+    backend.endpoints[:] = stand_ins(replicas)
     observer.plan_once()
     estimated = observer.plan_view()["nv"]["recommended"]["knee"]
     assert estimated > 25  # the memory estimate of an NVFP4 30B on a B200 (438)
@@ -548,9 +546,7 @@ def test_a_replica_missing_a_scrape_keeps_the_tiers_kv_capacity(
 
     monkeypatch.setattr(upstream, "get", get)
     backend = next(b for b in observer.tiers() if b.name == "nv")
-    backend.endpoints[:] = [
-        SimpleNamespace(endpoint=SimpleNamespace(url=url), healthy=True) for url in replicas
-    ]
+    backend.endpoints[:] = stand_ins(replicas)
     asyncio.run(observer.scrape_once())
     planner = observer._states["nv"].planner
     reconfigured: list[object] = []
@@ -584,9 +580,7 @@ def test_each_engine_scrape_is_counted_by_outcome(monkeypatch: pytest.MonkeyPatc
 
     monkeypatch.setattr(upstream, "get", get)
     backend = next(b for b in observer.tiers() if b.name == "nv")
-    backend.endpoints[:] = [
-        SimpleNamespace(endpoint=SimpleNamespace(url=url), healthy=True) for url in replicas
-    ]
+    backend.endpoints[:] = stand_ins(replicas)
     asyncio.run(observer.scrape_once())
     asyncio.run(observer.scrape_once())
     expected = {"ok": "ok", "failed": "failed", "unparsable": "unparsable"}
@@ -684,10 +678,7 @@ def test_a_flag_replicas_disagree_on_leaves_no_stale_running_or_drift_gauge(
     loop = Loop(monkeypatch)
     loop.reload(None)
     replicas = ["http://127.0.0.1:8/v1", "http://127.0.0.1:9/v1"]
-    loop.tiers[0].endpoints[:] = [
-        SimpleNamespace(endpoint=SimpleNamespace(url=url), healthy=True)  # type: ignore[misc]
-        for url in replicas
-    ]
+    loop.tiers[0].endpoints[:] = stand_ins(replicas)
     speculating: set[str] = set()
 
     async def get(endpoint: Any, _path: bytes) -> bytes:
@@ -722,10 +713,7 @@ def test_replicas_that_disagree_on_a_flag_leave_no_running_cost_nor_current_flag
     loop = Loop(monkeypatch)
     loop.reload(None)
     replicas = ["http://127.0.0.1:8/v1", "http://127.0.0.1:9/v1"]
-    loop.tiers[0].endpoints[:] = [
-        SimpleNamespace(endpoint=SimpleNamespace(url=url), healthy=True)  # type: ignore[misc]
-        for url in replicas
-    ]
+    loop.tiers[0].endpoints[:] = stand_ins(replicas)
     speculating: set[str] = set()
     info = b'vllm:cache_config_info{block_size="16",enable_prefix_caching="True"} 1.0\n'
 
