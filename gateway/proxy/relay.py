@@ -55,6 +55,14 @@ _DONE: Final = b"[DONE]"
 _SEQUENCE_KEY: Final = b'"sequence_number":'
 _SEQUENCE_VALUE: Final = re.compile(rb" *(\d+)")
 _COMMENT: Final = ord(":")  # an SSE line that begins with a colon is a comment
+# What the last events of a whole stream hold: chat and completions streams end with
+# `data: [DONE]`; a Responses stream (no [DONE]) with its terminal event. A stream that ends
+# without one broke off, however cleanly its connection closed.
+_END_MARKERS: Final[dict[EndpointKind, tuple[bytes, ...]]] = {
+    "chat": (b"data: [DONE]", b"data:[DONE]"),
+    "completions": (b"data: [DONE]", b"data:[DONE]"),
+    "responses": (b"response.completed", b"response.incomplete", b"response.failed"),
+}
 # How long past the request's total_s a stream may wait on its client to read: the
 # upstream's own timer cuts the stream at total_s, and this leaves a slow reader the time
 # to take the error event that says so.
@@ -192,10 +200,7 @@ async def _relay_events(exchange: Exchange, response: UpstreamResponse, stall_s:
                 continue
             events = _outgoing(exchange, events)
             if events:
-                # Scanned only when it begins with a comment: a scan of every batch costs
-                # about 0.4 us.
-                if events[0] != _COMMENT or _SEQUENCE_KEY in events:
-                    sent = events
+                sent = _last_events(events, sent)
                 await channel.body(events, more=True)
             if channel.disconnected:
                 _client_left(record)
@@ -205,7 +210,12 @@ async def _relay_events(exchange: Exchange, response: UpstreamResponse, stall_s:
         if tail:
             tail = _outgoing(exchange, _ended(tail))
         if tail:
+            sent = _last_events(tail, sent)
             await channel.body(tail, more=True)
+        if not record.error_after_first_byte and not any(
+            marker in sent for marker in _END_MARKERS[exchange.kind]
+        ):
+            raise UpstreamProtocolError("the upstream ended the stream before its last event")
         await channel.body(b"", more=False)
         return record.error_after_first_byte  # set here only by an engine's error event
     except UpstreamFailure as exc:
@@ -224,6 +234,13 @@ async def _relay_events(exchange: Exchange, response: UpstreamResponse, stall_s:
         await channel.body(event, more=False)
         # Past the headers only total_s can time out.
         return not isinstance(exc, UpstreamTimeout) or time.perf_counter() - last_read >= stall_s
+
+
+def _last_events(events: bytes, sent: bytes) -> bytes:
+    """The last events relayed, once `events` are: keep-alive comments alone do not count,
+    unless they hold a Responses event (scanned only when the batch begins with a comment:
+    a scan of every batch costs about 0.4 us)."""
+    return events if events[0] != _COMMENT or _SEQUENCE_KEY in events else sent
 
 
 def _ended(tail: bytes) -> bytes:

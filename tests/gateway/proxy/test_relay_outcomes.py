@@ -17,6 +17,7 @@ from gateway.backends.h1client import (
     UpstreamResponse,
     UpstreamTimeout,
 )
+from gateway.protocol import EndpointKind
 from gateway.proxy import relay
 from gateway.proxy.relay import Exchange, relay_body, relay_stream
 from tests.gateway.proxy.exchanges import pinned_exchange, relayed_body
@@ -331,7 +332,7 @@ def test_a_streams_events_reach_the_client_with_the_public_model_name() -> None:
     exchange.rewrite = ModelRewriter("served/llama-fp8", "llama")
     exchange.captured = []
     event = b'data: {"model":"served/llama-fp8","choices":[]}\n\n'
-    response: UpstreamResponse = _Stream([event])  # type: ignore[assignment]
+    response: UpstreamResponse = _Stream([event, b"data: [DONE]\n\n"])  # type: ignore[assignment]
     asyncio.run(relay_stream(exchange, response, stall_s=60.0))
     assert b'"model":"llama"' in relayed_body(sent) and b"served/" not in relayed_body(sent)
     assert b"served/" not in b"".join(exchange.captured)
@@ -354,14 +355,66 @@ def test_a_responses_error_event_follows_the_last_event_of_a_batch_of_several() 
     assert json.loads(data)["sequence_number"] == 101
 
 
+COMPLETED = (
+    b'event: response.completed\ndata: {"type":"response.completed","response":{},'
+    b'"sequence_number":9}'
+)
+
+
 @pytest.mark.parametrize("ending", [b"", b"\n"], ids=["no_line_end", "one_line_end"])
 def test_a_last_event_without_its_blank_line_reaches_the_client_ended(ending: bytes) -> None:
     """An SSE client dispatches an event at its blank line only: relayed without it, the
-    OpenAI SDK dropped the stream's last chunk (its finish_reason, its usage)."""
-    last = b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}' + ending
-    failed, exchange, sent, _ = _stream([CHUNK, last])
+    OpenAI SDK dropped the stream's last event (a Responses stream's response.completed, a
+    chat stream's finish_reason or usage)."""
+    exchange, sent = pinned_exchange()
+    exchange.kind = "responses"
+    response: UpstreamResponse = _Stream([CHUNK, COMPLETED + ending])  # type: ignore[assignment]
+    failed = asyncio.run(relay_stream(exchange, response, stall_s=60.0))
     assert not failed and not exchange.record.error_after_first_byte
-    assert relayed_body(sent) == CHUNK + last.rstrip(b"\n") + b"\n\n"
+    assert relayed_body(sent) == CHUNK + COMPLETED + b"\n\n"
+
+
+@pytest.mark.parametrize(
+    ("kind", "last"),
+    [
+        ("chat", b'data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}\n\n'),
+        ("completions", b'data: {"choices":[{"index":0,"text":"Hi"}]}\n\n'),
+        ("responses", b'event: response.output_text.delta\ndata: {"sequence_number":4}\n\n'),
+        ("chat", b": ping\n\n"),  # a keep-alive after the last event ends nothing either
+    ],
+)
+def test_a_stream_that_ends_at_an_event_boundary_before_its_end_is_a_failure(
+    kind: EndpointKind, last: bytes
+) -> None:
+    """The upstream closed its stream cleanly between two events, before `data: [DONE]` (a
+    Responses stream: before its terminal event). The client got a shortened answer as a
+    success, the engine counted no failure, and the shadow could take it for a label."""
+    exchange, sent = pinned_exchange()
+    exchange.kind = kind
+    response: UpstreamResponse = _Stream([CHUNK, last])  # type: ignore[assignment]
+    failed = asyncio.run(relay_stream(exchange, response, stall_s=60.0))
+    assert failed and exchange.record.error_after_first_byte
+    body = relayed_body(sent)
+    assert body.startswith(CHUNK + last) and b"before its last event" in body[len(CHUNK) :]
+
+
+@pytest.mark.parametrize(
+    ("kind", "end"),
+    [
+        ("chat", b"data:[DONE]\n\n"),
+        ("completions", b"data: [DONE]\n\n: ping\n\n"),
+        ("responses", COMPLETED + b"\n\n"),
+        ("responses", COMPLETED.replace(b"completed", b"incomplete") + b"\n\n"),
+        ("responses", COMPLETED.replace(b"completed", b"failed") + b"\n\n"),
+    ],
+)
+def test_a_stream_that_reaches_its_end_marker_is_no_failure(kind: EndpointKind, end: bytes) -> None:
+    exchange, sent = pinned_exchange()
+    exchange.kind = kind
+    response: UpstreamResponse = _Stream([CHUNK, end])  # type: ignore[assignment]
+    assert not asyncio.run(relay_stream(exchange, response, stall_s=60.0))
+    assert not exchange.record.error_after_first_byte
+    assert relayed_body(sent) == CHUNK + end
 
 
 def test_a_last_done_without_its_blank_line_is_an_ending_not_a_cut_event() -> None:
