@@ -148,11 +148,13 @@ class TierBackend:
     ) -> EndpointState | None:
         """Waits in the tier's bounded queue; None when it is full, the wait times out or
         `left` is done (its client has gone: its place and its tenant's slot are not held
-        for nobody until the timeout)."""
-        if len(self._waiters) >= self.queue_size or timeout_s <= 0:
+        for nobody until the timeout). A tier a reload replaced queues the request where its
+        slots are handed out now: its heir's queue."""
+        queue = self.heir()
+        if len(queue._waiters) >= queue.queue_size or timeout_s <= 0:
             return None
         waiter: asyncio.Future[EndpointState] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
+        queue._waiters.append(waiter)
 
         def stop_waiting(_: asyncio.Future[None]) -> None:
             waiter.cancel()  # a waiter already handed its slot keeps it: `_queue` passes it on
@@ -177,8 +179,9 @@ class TierBackend:
         finally:
             if left is not None:
                 left.remove_done_callback(stop_waiting)
-            if waiter in self._waiters:
-                self._waiters.remove(waiter)
+            waiters = self.heir()._waiters  # a reload during the wait may have moved it
+            if waiter in waiters:
+                waiters.remove(waiter)
 
     def _pass_on(self, waiter: asyncio.Future[EndpointState]) -> None:
         """A wait that ended (timeout, cancel) in the loop turn its slot was handed over: the
@@ -196,10 +199,22 @@ class TierBackend:
 
     def join_queue(self, merged: TierBackend) -> None:
         """Requests queued on a tier merged into this one (a reload) queue behind this one's
-        own: the slots their endpoints free wake this tier's queue now."""
-        self._waiters.extend(merged._waiters)
+        own: the slots their endpoints free wake this tier's queue now. They are moved, not
+        copied: the tiers `merged` replaced earlier still hold its old queue, and a waiter
+        left there too would stay counted here after its wait ended."""
+        if merged._waiters is not self._waiters:
+            self._waiters.extend(merged._waiters)
+            merged._waiters.clear()
         merged._waiters = self._waiters
         merged.successor = self
+
+    def heir(self) -> TierBackend:
+        """The tier that hands out this one's slots now: itself, or the last of the tiers
+        reloads replaced it with (`take_queue`, `join_queue`)."""
+        tier = self
+        while tier.successor is not None:
+            tier = tier.successor
+        return tier
 
     def slot_freed(self) -> None:
         """A request on this tier finished: hand its slot to the first waiter, if any."""

@@ -437,6 +437,51 @@ def test_requests_queued_on_two_merged_tiers_get_their_engines_freed_slots() -> 
     asyncio.run(main())
 
 
+def test_a_tier_merged_two_reloads_after_a_request_queued_on_it_keeps_one_queue() -> None:
+    """Tier y is reloaded unchanged (y1 takes y0's queue), then merged into z (z joins y1's
+    queue). y0, still the tier of requests admitted before both reloads, kept the queue z
+    had copied: a request queued there was in z's queue twice over, and once it left, z
+    still counted it (tiergate_queue_depth at rest, a queue place taken); one queued there
+    later was in no queue z hands slots to, and waited out queue_timeout_s for a 429."""
+    from gateway.app import build_app
+
+    def settings(merged: bool) -> Any:
+        data = unreachable_tiers(10).model_dump(mode="json")
+        x, y = data["tiers"]
+        top = {**y, "name": "top", "endpoints": ["http://127.0.0.1:11/v1"]}
+        for tier in (x, y):
+            tier["precision"], tier["max_inflight_per_endpoint"] = "nvfp4", 1
+        x["name"], y["name"] = "x", "y"
+        if merged:
+            x["name"], x["endpoints"] = "z", x["endpoints"] + y["endpoints"]
+        data["tiers"] = [x, top] if merged else [x, y, top]
+        return parse_settings(data)
+
+    async def main() -> None:
+        app = build_app(settings(merged=False), environ={})
+        x0, y0, _ = app.runtime.tiers
+        engine = y0.endpoints[0]
+        x0.endpoints[0].inflight = engine.inflight = 1  # both engines busy
+        left: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        leaving = asyncio.ensure_future(y0.wait_for_slot(30.0, left))
+        await asyncio.sleep(0)  # queued
+        app.reload(settings(merged=False))
+        app.reload(settings(merged=True))
+        z = app.runtime.tiers[0]
+        assert z.queued == 1
+        left.set_result(None)  # its client leaves
+        assert await leaving is None
+        assert z.queued == 0
+        later = asyncio.ensure_future(y0.wait_for_slot(30.0))  # admitted before the reloads
+        await asyncio.sleep(0)
+        assert z.queued == 1
+        engine.inflight = 0
+        engine.slot_freed()
+        assert await later is engine and z.queued == 0
+
+    asyncio.run(main())
+
+
 def test_a_reload_keeps_what_up_options_changed(tmp_path: Path) -> None:
     """`tiergate up --config FILE` prints an admin token it made up (the file has none) and
     applies --shadow-rate: a reload of the file keeps both. It used to drop them, so the
