@@ -63,7 +63,8 @@ class GenerationHandler:
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         started = time.perf_counter()
-        channel = ClientChannel(send, receive)
+        # A client gets as long to take a one-shot answer as it has to send its body.
+        channel = ClientChannel(send, receive, self._body_deadlines)
         record = RequestRecord(
             tenant=UNAUTHENTICATED,
             kind=self.kind,
@@ -209,6 +210,9 @@ async def _answer_error(
             *error.headers(),
         ]
         await channel.respond(error.status, headers, error.body())
+        if channel.unread:  # never taken: the client left it, as far as it knows
+            record.status = 499
+            record.client_disconnected = True
 
 
 def _read_headers(headers: list[tuple[bytes, bytes]]) -> RequestHeaders:

@@ -154,6 +154,13 @@ async def relay_body(exchange: Exchange, response: UpstreamResponse, data: bytes
     if exchange.captured is not None:
         exchange.captured.append(data)
     await exchange.channel.respond(status, exchange.headers(content_type), data)
+    if exchange.channel.unread:
+        _client_left(record)  # it never took the answer: no 200, and no sample of it
+        log.warning(
+            "request %s: answer dropped: its client had not read the earlier answers on its "
+            "connection",
+            record.request_id.decode(),
+        )
 
 
 async def relay_stream(
@@ -288,8 +295,8 @@ def _outgoing(exchange: Exchange, events: bytes) -> bytes:
 
 
 def _client_left(record: RequestRecord) -> None:
-    """A stream whose client left: counted as a departure (499, as a JSON request left
-    waiting is), not as a 200 and not as a stream that failed."""
+    """A stream whose client left, or an answer it never took: counted as a departure (499,
+    as a JSON request left waiting is), not as a 200 and not as a stream that failed."""
     record.client_disconnected = True
     record.status = 499
 

@@ -622,6 +622,67 @@ def test_a_client_that_stops_reading_its_stream_holds_no_slot_past_total_s(
             assert gw.metric_at_least("tiergate_stream_errors_total", labels, 1) == 1
 
 
+@pytest.mark.parametrize("served", [True, False], ids=["answer", "error"])
+def test_an_answer_its_client_never_takes_holds_no_slot(served: bool) -> None:
+    """A client that sends requests on one connection (pipelined) and reads none of the
+    answers: once the buffers fill, uvicorn's `send` waits for it to read. A JSON answer (or
+    an error) written then waited for good, holding the endpoint's slot and the tenant's
+    concurrency slot, and the request was never recorded; as for a stream, the wait is
+    bounded (by limits.body_timeout_s, the client's time to send a body)."""
+    import asyncio
+
+    from gateway.app import build_app
+    from gateway.coarse_timers import CoarseTimers
+
+    usage = b'"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}'
+    with FakeUpstream() as cheap, FakeUpstream() as top:
+        cheap.reply = Reply(body=b'{"id":"x","choices":[],' + usage + b"}")
+        data = two_tiers(cheap, top).model_dump(mode="json")
+        data["tenants"] = [{"name": "t", "api_keys": [API_KEY], "limits": {"max_concurrency": 1}}]
+        asked = ASK if served else {**ASK, "model": f"{MODEL}@nosuch"}  # a 404 after admission
+        app = build_app(parse_settings(data), environ={}, policy_factory=fixed_policy(0))
+
+        async def main() -> None:
+            handler = app.runtime.hot_routes["/v1/chat/completions"]
+            now = [0.0]
+            handler._body_deadlines = CoarseTimers(30.0, lambda: now[0])
+            answering = asyncio.Event()
+
+            async def send(message: dict[str, Any]) -> None:
+                answering.set()
+                await asyncio.Event().wait()  # the client reads nothing
+
+            messages = [{"type": "http.request", "body": orjson.dumps(asked)}]
+
+            async def receive() -> dict[str, Any]:
+                if messages:
+                    return messages.pop()
+                await asyncio.Event().wait()  # the client stays connected
+                return {}
+
+            authorization = (b"authorization", b"Bearer " + API_KEY.encode())
+            scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions"}
+            scope["headers"] = [authorization]
+            served_request = asyncio.create_task(app(scope, receive, send))
+            try:
+                await answering.wait()
+                assert app.admission.inflight["t"] == 1
+                now[0] += 31.0
+                handler._body_deadlines.sweep_once()
+                await asyncio.wait_for(served_request, 5.0)
+                assert app.admission.inflight["t"] == 0
+                assert app.runtime.tiers[0].endpoints[0].inflight == 0
+            finally:
+                for tier in app.runtime.tiers:
+                    tier.close()
+
+        asyncio.run(main())
+        app.metrics.flush()
+        tier = "nvfp4" if served else "_none"
+        labels = {"tenant": "t", "tier": tier, "endpoint": "chat", "status": "499"}
+        assert app.registry.get_sample_value("tiergate_requests_total", labels) == 1
+
+
 @pytest.mark.parametrize("ending", [b"\n\ndata: [DONE]\n\n", b""], ids=["then_done", "unended"])
 def test_an_engines_error_event_mid_stream_is_a_stream_error_and_its_failure(
     ending: bytes,
